@@ -1,0 +1,129 @@
+# strata: one Makefile.  `make help` lists the targets.
+#
+#   make               build build/strata-cli and build/libstrata.a
+#   make test          build and run every libcheck suite (GPU ones skip without a GPU)
+#   make asan          the tests under AddressSanitizer + UBSan (CPU build)
+#   make fuzz          run the GGUF reader fuzz target for FUZZ_SECONDS (default 60)
+#   make model         fetch the demo model into ~/.cache/strata and verify it
+#   make chat          build, fetch the demo model, start strata-cli chat
+#   make bench         the standard benchmarks
+#   make clean
+#
+# Variables: CUDA=0|1 (default: 1 when nvcc is found), CUDA_ARCH=sm_90,
+# CHECK_PREFIX=dir (a libcheck unpacked with dpkg -x, for machines without it).
+
+BUILD      ?= build
+CC         ?= gcc
+NVCC       ?= nvcc
+CUDA_ARCH  ?= sm_90
+OPT        ?= -O2
+
+ifeq ($(origin CUDA),undefined)
+  ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+    CUDA := 1
+  else
+    CUDA := 0
+    $(info strata: nvcc not found, building CPU-only (CUDA=1 to insist))
+  endif
+endif
+
+CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
+LDLIBS   := -lm -lpthread
+NVFLAGS  := -std=c++17 $(OPT) -g -lineinfo -arch=$(CUDA_ARCH) -I. -MMD -MP \
+            -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+
+ifeq ($(SAN),1)
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDLIBS += -fsanitize=address,undefined
+endif
+
+LIB_SRC := $(wildcard model/*.c kernels/cpu/*.c cache/*.c stagepool/*.c engine/*.c)
+CU_SRC  :=
+ifeq ($(CUDA),1)
+  CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
+  CU_SRC  := $(wildcard kernels/cuda/*.cu engine/*.cu cache/*.cu)
+  CFLAGS  += -DSTRATA_CUDA=1 -I$(CUDA_HOME)/include
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
+CLI_SRC  := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard test/test_*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+# libcheck: pkg-config where it is installed, else an unpacked prefix.
+ifneq ($(CHECK_PREFIX),)
+  CHECK_CFLAGS := -I$(CHECK_PREFIX)/usr/include
+  CHECK_LIBS   := -L$(CHECK_PREFIX)/usr/lib/x86_64-linux-gnu -l:libcheck.a -l:libsubunit.a -lrt -lm -pthread
+else
+  CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+  CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
+endif
+
+.PHONY: all test asan fuzz model chat bench clean help
+all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
+
+# A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
+FLAGS_STAMP := $(BUILD)/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVFLAGS) $(CUDA)' | cksum | cut -d' ' -f1)
+$(FLAGS_STAMP):
+	@mkdir -p $(@D)
+	@rm -f $(BUILD)/.flags-*
+	@touch $@
+
+$(BUILD)/libstrata.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/strata-cli: $(CLI_OBJ) $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libstrata.a $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/test/%.o: test/%.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/strata-tests: $(TEST_OBJ) $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libstrata.a $(CHECK_LIBS) $(LDLIBS)
+
+# The suites run in one runner so the output ends with Check's summary line.
+# STRATA_CLI lets the end-to-end suites drive the real binary.
+test: $(BUILD)/strata-tests $(BUILD)/strata-cli
+	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) ./$(BUILD)/strata-tests
+
+asan:
+	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 OPT=-O1 test
+
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := model/gguf.c model/quant.c model/error.c model/iq3xxs_tables.c
+$(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
+	@mkdir -p $(@D)
+	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^
+fuzz: $(BUILD)/fuzz_gguf
+	@mkdir -p $(BUILD)/fuzz-corpus
+	./$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    $(BUILD)/fuzz-corpus test/fuzz/corpus
+
+model:
+	@scripts/fetch-model.sh
+
+chat: all model
+	./$(BUILD)/strata-cli chat
+
+bench: all
+	@scripts/bench.sh
+
+clean:
+	rm -rf build
+
+help:
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,109 @@
+/* ops.h: the operations of a forward pass, backend-neutral, with their CPU
+ * reference implementations (kernels/cpu/).  The CUDA kernels
+ * (kernels/cuda/cuda_ops.h) implement the same list on device pointers and a
+ * stream; every one of them is tested against its cpu_ twin here.
+ *
+ * Conventions: a weight matrix W of `rows` x `cols` is stored as ggml stores
+ * {cols, rows}: `rows` rows of `cols` contiguous elements in the type's
+ * blocks; y[r] = sum_c W[r][c] * x[c].  Activations are f32.
+ *
+ * Invariance rule: every reduction has a fixed order per output element, so
+ * a row's result does not depend on how many rows or tokens share a call. */
+#ifndef STRATA_OPS_H
+#define STRATA_OPS_H
+
+#include <stdint.h>
+
+/* ---- weights ---------------------------------------------------------- */
+
+/* y[rows] = W[rows x cols] * x[cols].  The plain reference: dequantize a row,
+ * dot it in f32 accumulating in double.  cols must be a multiple of the
+ * type's block. */
+void cpu_matvec(int type, const void *w, int64_t rows, int64_t cols,
+                const float *x, float *y);
+/* Y[n x rows] = X[n x cols] * W^T: n independent matvecs, same arithmetic. */
+void cpu_matmul(int type, const void *w, int64_t rows, int64_t cols,
+                const float *x, int64_t n, float *y);
+/* The fast CPU path (threads, AVX2 when the CPU has it); same results as
+ * cpu_matmul within the tolerance stated in test/test_matvec.c. */
+void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
+                     const float *x, int64_t n, float *y);
+
+/* out[cols] = row `token` of an embedding table stored like a weight. */
+void cpu_embed(int type, const void *table, int64_t cols, int32_t token,
+               float *out);
+
+/* ---- element-wise and normalisation ----------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) * w ; y may alias x. */
+void cpu_rmsnorm(const float *x, const float *w, int64_t n, float eps,
+                 float *y);
+/* In place, each of n_heads head vectors normalised separately with the
+ * shared weight w[head_dim] (qwen3 Q/K norm). */
+void cpu_rmsnorm_heads(float *x, const float *w, int n_heads, int head_dim,
+                       float eps);
+
+typedef struct rope_params {
+    int n_rot;            /* rotated dims per head (<= head_dim) */
+    int neox;             /* 0: adjacent pairs (llama), 1: half split */
+    float freq_base;      /* theta base */
+    float freq_scale;     /* linear scaling: position multiplied by this */
+    const float *freq_factors; /* n_rot/2 divisors, or NULL */
+} rope_params;
+
+/* Rotate n_heads head vectors of head_dim at position pos, in place. */
+void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos,
+              const rope_params *rp);
+
+/* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
+void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y);
+/* y[i] += x[i] */
+void cpu_add(float *y, const float *x, int64_t n);
+/* In-place numerically stable softmax. */
+void cpu_softmax(float *x, int64_t n);
+/* Index of the largest element; lowest index on ties. */
+int32_t cpu_argmax(const float *x, int64_t n);
+
+/* ---- KV cache rows ------------------------------------------------------
+ * k8v4: K as Q8_0 and V as Q4_0 (ggml's recipes, FORMATS.md §3.1/§3.2), with
+ * the scales kept apart from the quants so the card reads both with 16-byte
+ * loads.  A head vector of head_dim (a multiple of 32) becomes
+ *   K: head_dim int8 + head_dim/32 fp16 scales
+ *   V: head_dim/2 bytes (split-half nibbles per 32-block) + head_dim/32 fp16 */
+void cpu_quant_k8(const float *x, int n, int8_t *q, uint16_t *d);
+void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d);
+void cpu_dequant_k8(const int8_t *q, const uint16_t *d, int n, float *x);
+void cpu_dequant_v4(const uint8_t *q, const uint16_t *d, int n, float *x);
+
+
+/* ---- attention over the KV cache ----------------------------------------
+ * The cache is paged: a page holds KV_PAGE tokens of one layer, all kv heads.
+ * Within a page, head h's token t sits at ((h * KV_PAGE) + t) * row, so one
+ * head's keys are contiguous for a whole page (long coalesced reads) and a
+ * page is one contiguous span per buffer (one copy per page on capture). */
+#define KV_PAGE 256
+
+enum kv_type { KV_K8V4 = 0, KV_F16 = 1 };
+
+typedef struct kv_view {
+    int type;             /* enum kv_type */
+    int n_kv_head, head_dim;
+    const int32_t *pages; /* logical page i -> physical page in the pool */
+    /* k8v4 pools, indexed [page][head][KV_PAGE][...] */
+    int8_t *kq;           /* head_dim int8 per token */
+    uint16_t *kd;         /* head_dim/32 fp16 per token */
+    uint8_t *vq;          /* head_dim/2 bytes per token */
+    uint16_t *vd;         /* head_dim/32 fp16 per token */
+    /* f16 pools, indexed the same way, head_dim fp16 per token */
+    uint16_t *kh, *vh;
+} kv_view;
+
+/* Quantize and store k, v (n_kv_head * head_dim each) at position pos. */
+void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k,
+                  const float *v);
+/* out[n_head * head_dim] = softmax(q K^T * scale) V over positions 0..n_ctx-1,
+ * query head h reading kv head h / (n_head / n_kv_head). */
+void cpu_attention(const float *q, int n_head, const kv_view *kv,
+                   int32_t n_ctx, float scale, float *out);
+
+#endif
