@@ -96,7 +96,7 @@ $(BUILD)/strata-tests: $(TEST_OBJ) $(BUILD)/libstrata.a
 # The suites run in one runner so the output ends with Check's summary line.
 # STRATA_CLI lets the end-to-end suites drive the real binary.
 test: $(BUILD)/strata-tests $(BUILD)/strata-cli
-	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) ./$(BUILD)/strata-tests
+	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests
 
 asan:
 	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 OPT=-O1 test
@@ -108,14 +108,14 @@ $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
-	./$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    $(BUILD)/fuzz-corpus test/fuzz/corpus
 
 model:
 	@scripts/fetch-model.sh
 
 chat: all model
-	./$(BUILD)/strata-cli chat
+	$(BUILD)/strata-cli chat
 
 bench: all
 	@scripts/bench.sh

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole GPU test on a CUDA machine, from a fresh copy of the tree:
+# take libcheck along when the box lacks it (.deps/*.deb, fetched here with
+# `scripts/fetch-deps.sh`), build with CUDA, run every suite (the GPU ones run
+# instead of skipping), then compute-sanitizer over the GPU suites.
+#
+#   scripts/gpu-test.sh            # logs under $OUT (or /tmp/strata-gpu)
+#   SANITIZE=0 scripts/gpu-test.sh # skip the compute-sanitizer pass
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/strata-gpu}"
+BUILD="${BUILD:-/tmp/strata-build}"   # outside the tree: survives re-copies
+mkdir -p "$OUT"
+args=(BUILD="$BUILD" CUDA=1 CUDA_ARCH="${CUDA_ARCH:-sm_90}")
+if ! pkg-config --exists check 2>/dev/null; then
+    prefix=/tmp/strata-check
+    for f in .deps/*.deb; do dpkg -x "$f" "$prefix"; done
+    args+=(CHECK_PREFIX="$prefix")
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "== build"
+if ! make -j"$(nproc)" "${args[@]}" all "$BUILD/strata-tests" >"$OUT/build.log" 2>&1; then
+    tail -n 40 "$OUT/build.log"; exit 1
+fi
+echo "== test"
+make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | grep -v '^SKIP' | tail -n 60
+rc=${PIPESTATUS[0]}
+if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+        echo "== compute-sanitizer --tool $tool (GPU suites)"
+        CK_FORK=no CK_RUN_SUITE="${GPU_SUITES:-cuda}" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
+            compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/strata-tests" \
+            >"$OUT/sanitizer-$tool.log" 2>&1
+        echo "$tool exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1)"
+    done
+fi
+exit "$rc"
