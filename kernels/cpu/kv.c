@@ -1,0 +1,154 @@
+/* kv.c: CPU reference for the k8v4 KV cache rows (kernels/ops.h).
+ *
+ * K uses ggml's Q8_0 recipe and V its Q4_0 recipe (FORMATS.md §3.1, §3.2),
+ * bit for bit, with the fp16 scales stored apart from the quants. */
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#include "model/quant.h"
+
+/* Q8_0: d = amax/127, q = roundf(x / d). */
+void cpu_quant_k8(const float *x, int n, int8_t *q, uint16_t *d)
+{
+    for (int b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        float db = amax / 127.0f;
+        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int j = 0; j < 32; j++)
+            q[32 * b + j] = (int8_t)roundf(xb[j] * id);
+        d[b] = f32_to_fp16(db);
+    }
+}
+
+/* Q4_0: the element of largest magnitude (sign kept, first on ties) maps to
+ * code 0; d = v / -8; code = min(15, trunc(x/d + 8.5)).  Element j sits in
+ * the low nibble of byte j, element j+16 in the high nibble. */
+void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
+{
+    for (int b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f, v = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                v = xb[j];
+            }
+        }
+        float db = v / -8.0f;
+        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            int lo = (int)(xb[j] * id + 8.5f);
+            int hi = (int)(xb[j + 16] * id + 8.5f);
+            lo = lo < 15 ? lo : 15;
+            hi = hi < 15 ? hi : 15;
+            q[16 * b + j] = (uint8_t)(lo | (hi << 4));
+        }
+        d[b] = f32_to_fp16(db);
+    }
+}
+
+void cpu_dequant_k8(const int8_t *q, const uint16_t *d, int n, float *x)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = fp16_to_f32(d[i / 32]) * q[i];
+}
+
+void cpu_dequant_v4(const uint8_t *q, const uint16_t *d, int n, float *x)
+{
+    for (int b = 0; b < n / 32; b++) {
+        float db = fp16_to_f32(d[b]);
+        for (int j = 0; j < 16; j++) {
+            x[32 * b + j] = db * ((q[16 * b + j] & 15) - 8);
+            x[32 * b + j + 16] = db * ((q[16 * b + j] >> 4) - 8);
+        }
+    }
+}
+
+/* Element offset of (pos, head) in a pool with `per_tok` elements per token:
+ * [page][head][KV_PAGE][per_tok]. */
+static size_t kv_offset(const kv_view *kv, int32_t pos, int head, int per_tok)
+{
+    size_t page = (size_t)kv->pages[pos / KV_PAGE];
+    size_t slot = ((page * kv->n_kv_head + head) * KV_PAGE) + pos % KV_PAGE;
+    return slot * per_tok;
+}
+
+void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k, const float *v)
+{
+    int hd = kv->head_dim;
+    for (int h = 0; h < kv->n_kv_head; h++) {
+        const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
+        if (kv->type == KV_F16) {
+            uint16_t *ko = kv->kh + kv_offset(kv, pos, h, hd);
+            uint16_t *vo = kv->vh + kv_offset(kv, pos, h, hd);
+            for (int i = 0; i < hd; i++) {
+                ko[i] = f32_to_fp16(kh[i]);
+                vo[i] = f32_to_fp16(vh[i]);
+            }
+            continue;
+        }
+        cpu_quant_k8(kh, hd, kv->kq + kv_offset(kv, pos, h, hd),
+                     kv->kd + kv_offset(kv, pos, h, hd / 32));
+        cpu_quant_v4(vh, hd, kv->vq + kv_offset(kv, pos, h, hd / 2),
+                     kv->vd + kv_offset(kv, pos, h, hd / 32));
+    }
+}
+
+/* Dequantize one cached K or V head vector into out[head_dim]. */
+static void kv_load(const kv_view *kv, int32_t pos, int head, int want_v, float *out)
+{
+    int hd = kv->head_dim;
+    if (kv->type == KV_F16) {
+        const uint16_t *src = (want_v ? kv->vh : kv->kh) + kv_offset(kv, pos, head, hd);
+        for (int i = 0; i < hd; i++)
+            out[i] = fp16_to_f32(src[i]);
+    } else if (!want_v) {
+        cpu_dequant_k8(kv->kq + kv_offset(kv, pos, head, hd),
+                       kv->kd + kv_offset(kv, pos, head, hd / 32), hd, out);
+    } else {
+        cpu_dequant_v4(kv->vq + kv_offset(kv, pos, head, hd / 2),
+                       kv->vd + kv_offset(kv, pos, head, hd / 32), hd, out);
+    }
+}
+
+/* Plain attention: scores in double, softmax, weighted sum of V.  Memory:
+ * n_ctx floats of scores per head (allocated on the stack in chunks is not
+ * worth it for a reference; the caller's context bounds it). */
+void cpu_attention(const float *q, int n_head, const kv_view *kv, int32_t n_ctx,
+                   float scale, float *out)
+{
+    int hd = kv->head_dim;
+    int group = n_head / kv->n_kv_head;
+    float kbuf[512], vbuf[512]; /* head_dim <= 512 (checked at model load) */
+    for (int h = 0; h < n_head; h++) {
+        const float *qh = q + (size_t)h * hd;
+        float *oh = out + (size_t)h * hd;
+        int kvh = h / group;
+        /* Online softmax keeps the reference O(head_dim) in memory. */
+        double m = -INFINITY, l = 0.0;
+        double acc[512];
+        for (int i = 0; i < hd; i++)
+            acc[i] = 0.0;
+        for (int32_t t = 0; t < n_ctx; t++) {
+            kv_load(kv, t, kvh, 0, kbuf);
+            double s = 0.0;
+            for (int i = 0; i < hd; i++)
+                s += (double)qh[i] * kbuf[i];
+            s *= scale;
+            kv_load(kv, t, kvh, 1, vbuf);
+            double mn = s > m ? s : m;
+            double corr = exp(m - mn), p = exp(s - mn);
+            l = l * corr + p;
+            for (int i = 0; i < hd; i++)
+                acc[i] = acc[i] * corr + p * vbuf[i];
+            m = mn;
+        }
+        for (int i = 0; i < hd; i++)
+            oh[i] = (float)(acc[i] / l);
+    }
+}
