@@ -4,32 +4,36 @@
  * reader can measure any tensor; decode/encode functions for the types
  * strata handles (model/quant_*.c). */
 #include "quant.h"
+#include "quant_codecs.h"
 
 #include <string.h>
 #include <strings.h>
 
-/* Row codecs: filled in by model/quant_*.c (declared there). */
+/* Row codecs: model/quant_legacy.c, quant_k.c, quant_q2_0.c, quant_iq3xxs.c
+ * (declared in quant_codecs.h).  Quantizers exist for what strata writes:
+ * its weight types (IQ3_XXS, Q2_0), the KV/fallback types (Q8_0, Q4_0) and
+ * the float types. */
 
 static const type_traits traits[GGML_TYPE_COUNT] = {
-    [0] = {"F32", 0, 1, 4, NULL, NULL},
-    [1] = {"F16", 1, 1, 2, NULL, NULL},
-    [2] = {"Q4_0", 2, 32, 18, NULL, NULL},
-    [3] = {"Q4_1", 3, 32, 20, NULL, NULL},
-    [6] = {"Q5_0", 6, 32, 22, NULL, NULL},
-    [7] = {"Q5_1", 7, 32, 24, NULL, NULL},
-    [8] = {"Q8_0", 8, 32, 34, NULL, NULL},
+    [0] = {"F32", 0, 1, 4, dequant_row_f32, quant_row_f32},
+    [1] = {"F16", 1, 1, 2, dequant_row_f16, quant_row_f16},
+    [2] = {"Q4_0", 2, 32, 18, dequant_row_q4_0, quant_row_q4_0},
+    [3] = {"Q4_1", 3, 32, 20, dequant_row_q4_1, NULL},
+    [6] = {"Q5_0", 6, 32, 22, dequant_row_q5_0, NULL},
+    [7] = {"Q5_1", 7, 32, 24, dequant_row_q5_1, NULL},
+    [8] = {"Q8_0", 8, 32, 34, dequant_row_q8_0, quant_row_q8_0},
     [9] = {"Q8_1", 9, 32, 36, NULL, NULL},
     [10] = {"Q2_K", 10, 256, 84, NULL, NULL},
     [11] = {"Q3_K", 11, 256, 110, NULL, NULL},
-    [12] = {"Q4_K", 12, 256, 144, NULL, NULL},
+    [12] = {"Q4_K", 12, 256, 144, dequant_row_q4_k, NULL},
     [13] = {"Q5_K", 13, 256, 176, NULL, NULL},
-    [14] = {"Q6_K", 14, 256, 210, NULL, NULL},
+    [14] = {"Q6_K", 14, 256, 210, dequant_row_q6_k, NULL},
     [15] = {"Q8_K", 15, 256, 292, NULL, NULL},
     [16] = {"IQ2_XXS", 16, 256, 66, NULL, NULL},
     [17] = {"IQ2_XS", 17, 256, 74, NULL, NULL},
-    [18] = {"IQ3_XXS", 18, 256, 98, NULL, NULL},
+    [18] = {"IQ3_XXS", 18, 256, 98, dequant_row_iq3_xxs, quant_row_iq3_xxs},
     [19] = {"IQ1_S", 19, 256, 50, NULL, NULL},
-    [20] = {"IQ4_NL", 20, 32, 18, NULL, NULL},
+    [20] = {"IQ4_NL", 20, 32, 18, dequant_row_iq4_nl, NULL},
     [21] = {"IQ3_S", 21, 256, 110, NULL, NULL},
     [22] = {"IQ2_S", 22, 256, 82, NULL, NULL},
     [23] = {"IQ4_XS", 23, 256, 136, NULL, NULL},
@@ -39,13 +43,13 @@ static const type_traits traits[GGML_TYPE_COUNT] = {
     [27] = {"I64", 27, 1, 8, NULL, NULL},
     [28] = {"F64", 28, 1, 8, NULL, NULL},
     [29] = {"IQ1_M", 29, 256, 56, NULL, NULL},
-    [30] = {"BF16", 30, 1, 2, NULL, NULL},
+    [30] = {"BF16", 30, 1, 2, dequant_row_bf16, quant_row_bf16},
     [34] = {"TQ1_0", 34, 256, 54, NULL, NULL},
     [35] = {"TQ2_0", 35, 256, 66, NULL, NULL},
     [39] = {"MXFP4", 39, 32, 17, NULL, NULL},
     [40] = {"NVFP4", 40, 64, 36, NULL, NULL},
     [41] = {"Q1_0", 41, 128, 18, NULL, NULL},
-    [42] = {"Q2_0", 42, 64, 18, NULL, NULL},
+    [42] = {"Q2_0", 42, 64, 18, dequant_row_q2_0, quant_row_q2_0},
 };
 
 const type_traits *type_traits_get(int id)
@@ -75,4 +79,69 @@ size_t type_row_bytes(int id, int64_t n)
     if (!t || n < 0 || n % t->blck)
         return 0;
     return (size_t)(n / t->blck) * (size_t)t->bytes;
+}
+
+/* ---- scalar conversions (FORMATS.md §2.1) ------------------------------ */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float fp16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: m * 2^-24, exact in f32 */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) /* inf / NaN: keep the payload */
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_fp16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) /* NaN: ggml returns a quiet NaN, sign kept */
+        return sign | 0x7e00;
+    if (x >= 0x477ff000u) /* >= 65520 rounds to inf under RNE */
+        return sign | 0x7c00;
+    if (x >= 0x38800000u) {
+        /* normal fp16 (>= 2^-14): round the 13 dropped bits to nearest
+         * even, then rebias the exponent from 127 to 15 */
+        x += 0xfffu + ((x >> 13) & 1);
+        return sign | (uint16_t)((x - 0x38000000u) >> 13);
+    }
+    /* subnormal fp16 or zero: adding 0.5f lines the value up so that the
+     * FPU's own RNE rounding leaves the 10-bit result in the low mantissa */
+    float r = bits_f32(x) + 0.5f;
+    return sign | (uint16_t)(f32_bits(r) - 0x3f000000u);
+}
+
+float bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: force quiet, as ggml */
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
 }
