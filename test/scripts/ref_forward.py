@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""ref_forward.py: an independent float64 forward pass, the oracle strata's C
+engine is tested against.
+
+Written from shared/FORMATS.md section 4 only (not from strata's C code): the
+weights come from the python `gguf` package's reader and dequantizers (plus
+ref_quants.py for what the package lacks), and every activation is float64.
+
+Architectures: llama (optionally with experts, Mixtral style), qwen2, qwen3,
+qwen3moe.  Per block (4.3):
+    h  = x + Wo . Attn(RoPE(Q), RoPE(K), V)     on RMSNorm(x) * attn_norm
+    x' = h + FFN(RMSNorm(h) * ffn_norm)
+    logits = output . (RMSNorm(x) * output_norm)   (output = token_embd if absent)
+qwen2 adds the q/k/v biases after the matmuls (any present *.bias is added);
+qwen3/qwen3moe RMS-normalise each Q and K head before RoPE; RoPE is NORM
+(adjacent pairs) for llama and NEOX (half split) for the qwen archs (4.4);
+MoE is softmax over all experts -> top-k -> renormalise (4.5).
+
+KV cache (--kv):
+  f64   keys and values kept exactly.
+  k8v4  what strata's cache stores: each 32-element block of each per-token,
+        per-kv-head K vector goes through Q8_0 and V through Q4_0 with ggml's
+        recipes in float32 (FORMATS.md 3.1, 3.2, 3.5) and is decoded again
+        before attention.  The current token's own K/V are quantized too
+        (the engine appends first, then attends over the cache).
+
+Usage:
+  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|k8v4] [--last]
+                 [--logits-out F.npy] [--print-top K] [--greedy N] [--stats]
+
+  --logits-out  float64 array [positions, n_vocab]: one row per position fed
+                through the model (the prompt, then the first N-1 greedy
+                tokens), or only the last row with --last.
+  --print-top K per position (or the last): "pos P: id:logit ...".
+  --greedy N    continue N tokens greedily (argmax, lowest id on ties) and
+                print "greedy: id id ...".
+  --stats       "stats: positions=P vocab=V finite=1 std_min=... std_max=..."
+                (std of each position's logits over the vocabulary).
+Tokenization is not this script's job: it takes ids.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_quants  # noqa: E402  (registers Q2_0 with the gguf package)
+from gguf import GGUFReader  # noqa: E402
+
+NEOX_ARCHS = ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3")
+SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3moe")
+
+
+class Model:
+    def __init__(self, path):
+        self.r = GGUFReader(path, "r")
+        self.fields = self.r.fields
+        self.tensors = {t.name: t for t in self.r.tensors}
+        self._cache = {}
+        a = self.arch = self.get("general.architecture")
+        if a not in SUPPORTED:
+            raise SystemExit("ref_forward: architecture %r not supported (%s)" % (a, ", ".join(SUPPORTED)))
+        self.n_layer = int(self.get(a + ".block_count"))
+        self.n_embd = int(self.get(a + ".embedding_length"))
+        self.n_head = int(self.get(a + ".attention.head_count"))
+        self.n_head_kv = int(self.get(a + ".attention.head_count_kv", self.n_head))
+        self.head_dim = int(self.get(a + ".attention.key_length", self.n_embd // self.n_head))
+        self.head_dim_v = int(self.get(a + ".attention.value_length", self.n_embd // self.n_head))
+        if self.head_dim_v != self.head_dim:
+            raise SystemExit("ref_forward: key_length != value_length is not supported")
+        self.n_rot = int(self.get(a + ".rope.dimension_count", self.head_dim))
+        self.eps = float(np.float32(self.get(a + ".attention.layer_norm_rms_epsilon")))
+        self.rope_base = float(np.float32(self.get(a + ".rope.freq_base", 10000.0)))
+        self.n_expert = int(self.get(a + ".expert_count", 0))
+        self.n_expert_used = int(self.get(a + ".expert_used_count", 0))
+        self.neox = a in NEOX_ARCHS
+        self.qk_norm = a in ("qwen3", "qwen3moe")
+        scale = float(self.get(a + ".attention.scale", 0.0))
+        self.attn_scale = scale if scale != 0.0 else 1.0 / np.sqrt(self.head_dim)
+        # Positions are divided by the linear factor (4.4); YaRN/longrope are refused.
+        self.pos_scale = 1.0
+        st = self.get(a + ".rope.scaling.type", "none")
+        if st == "linear":
+            self.pos_scale = 1.0 / float(self.get(a + ".rope.scaling.factor", 1.0))
+        elif st not in ("none", ""):
+            raise SystemExit("ref_forward: rope scaling %r not implemented" % st)
+        legacy = float(self.get(a + ".rope.scale_linear", 0.0))
+        if legacy:
+            self.pos_scale = 1.0 / legacy
+        self.rope_freqs = self.w("rope_freqs.weight") if "rope_freqs.weight" in self.tensors else None
+        emb = self.tensors["token_embd.weight"]
+        self.n_vocab = int(emb.shape[1])
+        assert self.n_head % self.n_head_kv == 0
+        assert self.n_rot % 2 == 0 and self.n_rot <= self.head_dim
+
+    def get(self, key, default=None):
+        f = self.fields.get(key)
+        if f is None:
+            if default is None:
+                raise SystemExit("ref_forward: required key %s missing" % key)
+            return default
+        return f.contents()
+
+    def has(self, name):
+        return name in self.tensors
+
+    def w(self, name):
+        """Tensor as float64, numpy shape = reversed ne ([out, in] for matrices)."""
+        if name not in self._cache:
+            t = self.tensors.get(name)
+            if t is None:
+                raise SystemExit("ref_forward: tensor %s missing" % name)
+            x = ref_quants.dequantize(np.asarray(t.data), t.tensor_type)
+            shape = tuple(int(v) for v in reversed(t.shape.tolist()))
+            self._cache[name] = np.asarray(x, dtype=np.float64).reshape(shape)
+        return self._cache[name]
+
+
+def rmsnorm(x, w, eps):
+    """x: [..., n]; normalise over the last axis, then scale by w [n]."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def linear(m, x, base):
+    """x [n, in] -> [n, out] with base.weight [out, in] (+ base.bias if present)."""
+    y = x @ m.w(base + ".weight").T
+    if m.has(base + ".bias"):
+        y = y + m.w(base + ".bias")
+    return y
+
+
+def rope(m, x, pos):
+    """x: [n, heads, head_dim]; pos: [n] integer positions.  4.4."""
+    half = m.n_rot // 2
+    i = np.arange(half, dtype=np.float64)
+    inv = m.rope_base ** (-2.0 * i / m.n_rot)
+    if m.rope_freqs is not None:
+        inv = inv / m.rope_freqs[:half]
+    theta = (np.asarray(pos, dtype=np.float64) * m.pos_scale)[:, None] * inv[None, :]  # [n, half]
+    c = np.cos(theta)[:, None, :]
+    s = np.sin(theta)[:, None, :]
+    y = x.copy()
+    if m.neox:
+        a, b = x[..., :half], x[..., half:m.n_rot]
+        y[..., :half] = a * c - b * s
+        y[..., half:m.n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:m.n_rot:2], x[..., 1:m.n_rot:2]
+        y[..., 0:m.n_rot:2] = a * c - b * s
+        y[..., 1:m.n_rot:2] = a * s + b * c
+    return y
+
+
+def silu(z):
+    return z / (1.0 + np.exp(-z))
+
+
+def ffn_dense(m, p, x):
+    g = x @ m.w(p + "ffn_gate.weight").T
+    u = x @ m.w(p + "ffn_up.weight").T
+    return (silu(g) * u) @ m.w(p + "ffn_down.weight").T
+
+
+def ffn_moe(m, p, x):
+    """4.5: softmax over all experts, top-k, renormalise, weighted SwiGLU experts."""
+    r = x @ m.w(p + "ffn_gate_inp.weight").T                  # [n, E]
+    r = r - r.max(axis=1, keepdims=True)
+    prob = np.exp(r)
+    prob /= prob.sum(axis=1, keepdims=True)
+    k = m.n_expert_used
+    sel = np.argsort(-prob, axis=1, kind="stable")[:, :k]     # ties: lower expert id first
+    wsel = np.take_along_axis(prob, sel, axis=1)
+    wsel = wsel / wsel.sum(axis=1, keepdims=True)
+    gate = m.w(p + "ffn_gate_exps.weight")                    # [E, ff_exp, D]
+    up = m.w(p + "ffn_up_exps.weight")
+    down = m.w(p + "ffn_down_exps.weight")                    # [E, D, ff_exp]
+    out = np.zeros_like(x)
+    for e in np.unique(sel):
+        rows, slot = np.nonzero(sel == e)
+        xe = x[rows]
+        he = silu(xe @ gate[e].T) * (xe @ up[e].T)
+        out[rows] += wsel[rows, slot][:, None] * (he @ down[e].T)
+    return out
+
+
+class KVCache:
+    def __init__(self, m, mode):
+        self.mode = mode
+        self.k = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
+        self.v = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
+
+    def append(self, il, k, v):
+        """k, v: [n, n_head_kv, head_dim] float64 for the new positions."""
+        if self.mode == "k8v4":
+            # Blocks of 32 run along head_dim inside one head (3.5); the engine
+            # works in float32, so the values are rounded to float32 first.
+            k = ref_quants.kv_q8_0_roundtrip(k.astype(np.float32)).astype(np.float64)
+            v = ref_quants.kv_q4_0_roundtrip(v.astype(np.float32)).astype(np.float64)
+        self.k[il] = np.concatenate([self.k[il], k], axis=0)
+        self.v[il] = np.concatenate([self.v[il], v], axis=0)
+        return self.k[il], self.v[il]
+
+
+def attention(m, q, kall, vall, pos):
+    """q: [n, H, hd] at positions pos; kall/vall: [T, Hkv, hd] for positions 0..T-1."""
+    group = m.n_head // m.n_head_kv
+    kx = np.repeat(kall, group, axis=1)                        # head h reads kv head h // group
+    vx = np.repeat(vall, group, axis=1)
+    s = np.einsum("nhd,thd->hnt", q, kx) * m.attn_scale        # [H, n, T]
+    T = kall.shape[0]
+    mask = np.arange(T)[None, :] > np.asarray(pos)[:, None]    # causal: key pos > query pos
+    s = np.where(mask[None], -np.inf, s)
+    s = s - s.max(axis=2, keepdims=True)
+    pr = np.exp(s)
+    pr /= pr.sum(axis=2, keepdims=True)
+    return np.einsum("hnt,thd->nhd", pr, vx)                   # [n, H, hd]
+
+
+def forward(m, cache, tokens, start):
+    """Run tokens (ids) at positions start.. through the model; logits [n, vocab]."""
+    n = len(tokens)
+    pos = np.arange(start, start + n)
+    x = m.w("token_embd.weight")[np.asarray(tokens)]         # [n, D]
+    H, Hkv, hd = m.n_head, m.n_head_kv, m.head_dim
+    for il in range(m.n_layer):
+        p = "blk.%d." % il
+        xn = rmsnorm(x, m.w(p + "attn_norm.weight"), m.eps)
+        q = linear(m, xn, p + "attn_q").reshape(n, H, hd)
+        k = linear(m, xn, p + "attn_k").reshape(n, Hkv, hd)
+        v = linear(m, xn, p + "attn_v").reshape(n, Hkv, hd)
+        if m.qk_norm:
+            q = rmsnorm(q, m.w(p + "attn_q_norm.weight"), m.eps)
+            k = rmsnorm(k, m.w(p + "attn_k_norm.weight"), m.eps)
+        q = rope(m, q, pos)
+        k = rope(m, k, pos)
+        kall, vall = cache.append(il, k, v)
+        a = attention(m, q, kall, vall, pos).reshape(n, H * hd)
+        x = x + linear(m, a, p + "attn_output")
+        hn = rmsnorm(x, m.w(p + "ffn_norm.weight"), m.eps)
+        if m.n_expert > 0:
+            x = x + ffn_moe(m, p, hn)
+        else:
+            x = x + ffn_dense(m, p, hn)
+    xn = rmsnorm(x, m.w("output_norm.weight"), m.eps)
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return xn @ out.T
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="float64 reference forward pass (see module doc)")
+    ap.add_argument("model")
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("--kv", choices=("f64", "k8v4"), default="f64")
+    ap.add_argument("--logits-out")
+    ap.add_argument("--print-top", type=int, default=0)
+    ap.add_argument("--last", action="store_true", help="only the last position")
+    ap.add_argument("--greedy", type=int, default=0)
+    ap.add_argument("--stats", action="store_true")
+    ap.add_argument("--time", action="store_true", help="print timings to stderr")
+    a = ap.parse_args(argv)
+
+    t0 = time.time()
+    m = Model(a.model)
+    toks = [int(t) for t in a.tokens.replace(" ", "").split(",") if t != ""]
+    if not toks:
+        ap.error("--tokens is empty")
+    bad = [t for t in toks if t < 0 or t >= m.n_vocab]
+    if bad:
+        ap.error("token id %d outside 0..%d" % (bad[0], m.n_vocab - 1))
+    cache = KVCache(m, a.kv)
+    logits = [forward(m, cache, toks, 0)]
+    t1 = time.time()
+    gen = []
+    if a.greedy > 0:
+        nxt = int(np.argmax(logits[-1][-1]))
+        gen.append(nxt)
+        while len(gen) < a.greedy:
+            logits.append(forward(m, cache, [nxt], len(toks) + len(gen) - 1))
+            nxt = int(np.argmax(logits[-1][-1]))
+            gen.append(nxt)
+    L = np.concatenate(logits, axis=0)
+    if a.last:
+        L = L[-1:]
+    t2 = time.time()
+    if a.time:
+        print("time: load+prompt %.2fs, greedy %.2fs" % (t1 - t0, t2 - t1), file=sys.stderr)
+
+    if a.logits_out:
+        np.save(a.logits_out, L)
+    if a.print_top > 0:
+        first = (len(toks) + max(0, len(gen) - 1)) - L.shape[0]
+        for i, row in enumerate(L):
+            top = np.argsort(-row, kind="stable")[:a.print_top]
+            print("pos %d: %s" % (first + i, " ".join("%d:%.6f" % (t, row[t]) for t in top)))
+    if a.greedy > 0:
+        print("greedy: " + " ".join(str(t) for t in gen))
+    if a.stats:
+        sd = L.std(axis=1)
+        print("stats: positions=%d vocab=%d finite=%d std_min=%.6g std_max=%.6g" %
+              (L.shape[0], L.shape[1], int(np.isfinite(L).all()), sd.min(), sd.max()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
