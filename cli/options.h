@@ -1,0 +1,35 @@
+/* options.h: the engine and sampling options the front ends share, with
+ * llama.cpp's flag names where they exist (-m -c -n -p -s --temp --top-k
+ * --top-p --min-p --repeat-penalty -sys --chat-template). */
+#ifndef STRATA_CLI_OPTIONS_H
+#define STRATA_CLI_OPTIONS_H
+
+#include "engine/sample.h"
+#include "engine/strata.h"
+
+typedef struct cli_opts {
+    strata_params ep;
+    sampler_params sp;
+    const char *prompt;
+    const char *file;
+    const char *system;
+    const char *chat_template;
+    int n_predict;     /* -n; -1: until stop / context */
+    int chat;          /* --chat: wrap the prompt in the chat format */
+    int verbose;
+    char model_buf[1024];
+} cli_opts;
+
+void cli_opts_init(cli_opts *o);
+/* Try to consume argv[*i] (and its value).  Returns 1 if consumed, 0 if not
+ * an option of this set, -1 on a bad value (message printed). */
+int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i);
+/* The help text for the shared options. */
+void cli_opts_help(FILE *f);
+/* Fill model_path with the demo model's cache path if -m was not given.
+ * Returns 0, or -1 with a message when there is none. */
+int cli_opts_default_model(cli_opts *o, const char *cmd);
+/* A progress bar on stderr for weight loading. */
+void cli_progress(uint64_t done, uint64_t total, void *user);
+
+#endif

@@ -1,0 +1,26 @@
+/* backend_cuda.h: the engine's CUDA backend, as seen from the C engine.
+ * Implemented in engine/backend_cuda.c when built with CUDA; without CUDA,
+ * engine/backend_none.c says why it is unavailable. */
+#ifndef STRATA_BACKEND_CUDA_H
+#define STRATA_BACKEND_CUDA_H
+
+#include "engine_internal.h"
+
+/* 1 if a usable CUDA device exists; else 0 and *why says why. */
+int cuda_backend_available(const char **why);
+
+/* Upload every stage's weights, create streams and scratch. */
+int cuda_engine_init(strata_engine *e, strata_error *err);
+void cuda_engine_free(strata_engine *e);
+/* Device memory for a stage's KV pool, on the stage's card. */
+kv_allocator cuda_kv_allocator(strata_engine *e, stage *st);
+/* Worker hooks for the stage pool: bind the card, make the copy stream. */
+void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h);
+/* The forward pass on the cards (same contract as forward_cpu). */
+int forward_cuda(strata_engine *e, const fwd_row *rows, int n, float *logits,
+                 strata_error *err);
+/* Keep a sequence's device page tables in step with its host ones. */
+int cuda_seq_sync_pages(strata_engine *e, strata_seq *s, strata_error *err);
+void cuda_seq_free(strata_engine *e, strata_seq *s);
+
+#endif

@@ -1,0 +1,286 @@
+/* engine.c: open a model, place its layers on stages, allocate each stage's
+ * KV pool, and run sequences through it (see strata.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+#include "engine/backend_cuda.h"
+#include "model/tokenizer.h"
+
+strata_params strata_params_default(void)
+{
+    strata_params p;
+    memset(&p, 0, sizeof p);
+    p.backend = STRATA_BACKEND_AUTO;
+    p.kv_type = KV_K8V4;
+    p.n_slots = 1;
+    return p;
+}
+
+const model *strata_model(const strata_engine *e) { return e->m; }
+struct tokenizer *strata_tokenizer(const strata_engine *e) { return e->tok; }
+int strata_n_ctx(const strata_engine *e) { return e->n_ctx; }
+int strata_n_vocab(const strata_engine *e) { return e->m->hp.n_vocab; }
+int strata_backend(const strata_engine *e) { return e->backend; }
+int strata_n_stages(const strata_engine *e) { return e->n_stages; }
+
+/* ---- placement ----------------------------------------------------------- */
+
+/* "auto": cut the layers so each stage holds about the same weight bytes. */
+static int split_auto(const model *m, int n_stages, int *starts)
+{
+    uint64_t total = model_layer_bytes(m, 0, m->hp.n_layer), acc = 0;
+    int s = 1;
+    for (int il = 0; il < m->hp.n_layer && s < n_stages; il++) {
+        acc += model_layer_bytes(m, il, il + 1);
+        if (acc * (uint64_t)n_stages >= total * (uint64_t)s && il + 1 < m->hp.n_layer)
+            starts[s++ - 1] = il + 1;
+    }
+    return s;
+}
+
+int parse_layer_split(const char *spec, const model *m, int max_stages, int *starts,
+                      strata_error *err)
+{
+    if (!spec || !*spec)
+        return 1;
+    if (!strcmp(spec, "auto"))
+        return split_auto(m, max_stages, starts);
+    int n = 0, prev = 0;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ','))
+            return strata_err(err, STRATA_E_ARG, "--layer-split '%s': expected numbers "
+                              "separated by commas or 'auto'", spec);
+        if (v <= prev || v >= m->hp.n_layer)
+            return strata_err(err, STRATA_E_ARG, "--layer-split '%s': %ld must be greater than "
+                              "%d and less than the layer count %d", spec, v, prev, m->hp.n_layer);
+        if (n + 1 >= max_stages)
+            return strata_err(err, STRATA_E_ARG, "--layer-split '%s': more than %d stages",
+                              spec, max_stages);
+        starts[n++] = (int)v;
+        prev = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n + 1;
+}
+
+static int parse_devices(const char *spec, int n_stages, int *dev, strata_error *err)
+{
+    for (int i = 0; i < n_stages; i++)
+        dev[i] = 0;
+    if (!spec || !*spec)
+        return 0;
+    int n = 0;
+    const char *p = spec;
+    while (*p && n < n_stages) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || (*end && *end != ','))
+            return strata_err(err, STRATA_E_ARG, "--devices '%s': expected device numbers "
+                              "separated by commas", spec);
+        dev[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n != n_stages)
+        return strata_err(err, STRATA_E_ARG, "--devices '%s' names %d devices for %d stages",
+                          spec, n, n_stages);
+    return 0;
+}
+
+static int count_list(const char *spec)
+{
+    int n = spec && *spec ? 1 : 0;
+    for (const char *p = spec; p && *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* Touch the mapped weights page by page so the load shows progress and the
+ * first token does not pay for page faults. */
+static void prefault(const model *m, const strata_params *p)
+{
+    uint64_t total = gguf_file_size(m->g), step = 1u << 22;
+    const volatile unsigned char *base = (const unsigned char *)m->tok_embd.data -
+                                         (gguf_data_offset(m->g) +
+                                          gguf_find_tensor(m->g, "token_embd.weight")->offset);
+    unsigned sum = 0;
+    long pg = sysconf(_SC_PAGESIZE);
+    for (uint64_t off = 0; off < total; off += step) {
+        uint64_t end = off + step < total ? off + step : total;
+        for (uint64_t o = off; o < end; o += (uint64_t)pg)
+            sum += base[o];
+        if (p->progress)
+            p->progress(end, total, p->progress_user);
+    }
+    (void)sum;
+}
+
+/* ---- open / close -------------------------------------------------------- */
+
+static int choose_backend(strata_engine *e, strata_error *err)
+{
+    int want = e->p.backend;
+    const char *why = NULL;
+    int have = cuda_backend_available(&why);
+    if (want == STRATA_BACKEND_CUDA && !have)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "--backend cuda: %s", why);
+    e->backend = want == STRATA_BACKEND_CPU ? STRATA_BACKEND_CPU
+                 : have                     ? STRATA_BACKEND_CUDA
+                                            : STRATA_BACKEND_CPU;
+    if (!e->p.quiet && want == STRATA_BACKEND_AUTO) {
+        if (have)
+            fprintf(stderr, "strata: backend cuda\n");
+        else
+            fprintf(stderr, "strata: backend cpu (%s)\n", why);
+    }
+    return 0;
+}
+
+static int make_stages(strata_engine *e, strata_error *err)
+{
+    const model *m = e->m;
+    int starts[64];
+    int max_stages = 64;
+    if (e->p.layer_split && !strcmp(e->p.layer_split, "auto"))
+        max_stages = count_list(e->p.devices) > 0 ? count_list(e->p.devices) : 1;
+    int n = parse_layer_split(e->p.layer_split, m, max_stages, starts, err);
+    if (n < 0)
+        return n;
+    e->n_stages = n;
+    e->stages = calloc((size_t)n, sizeof *e->stages);
+    if (!e->stages)
+        return strata_err(err, STRATA_E_NOMEM, "out of memory");
+    int dev[64];
+    int rc = parse_devices(e->p.devices, n, dev, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        stage *st = &e->stages[i];
+        st->index = i;
+        st->l0 = i == 0 ? 0 : starts[i - 1];
+        st->l1 = i == n - 1 ? m->hp.n_layer : starts[i];
+        st->device = dev[i];
+    }
+    return 0;
+}
+
+static int make_kv_pools(strata_engine *e, strata_error *err)
+{
+    const model_hparams *hp = &e->m->hp;
+    int tokens = e->p.kv_resident > 0 ? e->p.kv_resident : e->n_ctx * e->p.n_slots;
+    int pages = (tokens + KV_PAGE - 1) / KV_PAGE;
+    /* every slot needs at least one page of its own, plus rounding */
+    if (pages < e->p.n_slots)
+        pages = e->p.n_slots;
+    for (int i = 0; i < e->n_stages; i++) {
+        stage *st = &e->stages[i];
+        kv_allocator a = {0};
+        const kv_allocator *ap = NULL;
+        if (e->backend == STRATA_BACKEND_CUDA) {
+            a = cuda_kv_allocator(e, st);
+            ap = &a;
+        }
+        int rc = kv_pool_new(&st->kv, e->p.kv_type, st->l1 - st->l0, hp->n_head_kv, hp->head_dim,
+                             pages, ap, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
+{
+    *out = NULL;
+    if (!p->model_path)
+        return strata_err(err, STRATA_E_ARG, "no model given (-m FILE)");
+    strata_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return strata_err(err, STRATA_E_NOMEM, "out of memory");
+    e->p = *p;
+    if (e->p.n_slots < 1)
+        e->p.n_slots = 1;
+    if (e->p.n_chunk <= 0)
+        e->p.n_chunk = 256;
+    int rc = model_load(p->model_path, &e->m, err);
+    if (!rc)
+        rc = tokenizer_from_gguf(e->m->g, &e->tok, err);
+    if (!rc) {
+        int train = e->m->hp.n_ctx_train > 0 ? e->m->hp.n_ctx_train : 4096;
+        e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (train < 4096 ? train : 4096);
+        if (e->m->hp.n_expert_used > 64)
+            rc = strata_err(err, STRATA_E_UNSUPPORTED, "%s: expert_used_count %d > 64",
+                            p->model_path, e->m->hp.n_expert_used);
+    }
+    if (!rc)
+        rc = choose_backend(e, err);
+    if (!rc)
+        rc = make_stages(e, err);
+    if (!rc && e->backend == STRATA_BACKEND_CPU)
+        prefault(e->m, p);
+    if (!rc && e->backend == STRATA_BACKEND_CUDA)
+        rc = cuda_engine_init(e, err);
+    if (!rc)
+        rc = make_kv_pools(e, err);
+    e->max_rows = e->p.n_chunk > e->p.n_slots ? e->p.n_chunk : e->p.n_slots;
+    if (!rc && e->backend == STRATA_BACKEND_CPU)
+        rc = cpu_scratch_init(&e->cpu, e->m, e->max_rows, err);
+    if (!rc && e->n_stages > 1) {
+        stagepool_hooks hooks;
+        memset(&hooks, 0, sizeof hooks);
+        if (e->backend == STRATA_BACKEND_CUDA)
+            cuda_stagepool_hooks(e, &hooks);
+        e->pool = stagepool_new(e->n_stages, &hooks, err);
+        if (!e->pool)
+            rc = err && err->code ? err->code : STRATA_E_NOMEM;
+    }
+    if (rc) {
+        strata_close(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void strata_close(strata_engine *e)
+{
+    if (!e)
+        return;
+    stagepool_free(e->pool);
+    for (int i = 0; e->stages && i < e->n_stages; i++)
+        kv_pool_free(e->stages[i].kv);
+    if (e->backend == STRATA_BACKEND_CUDA)
+        cuda_engine_free(e);
+    free(e->stages);
+    cpu_scratch_free(&e->cpu);
+    tokenizer_free(e->tok);
+    model_free(e->m);
+    free(e);
+}
+
+void strata_describe(const strata_engine *e, char *buf, size_t cap)
+{
+    const model_hparams *hp = &e->m->hp;
+    size_t n = (size_t)snprintf(buf, cap, "%s %s, %d layers, %.1f MiB weights; backend %s; "
+                                "ctx %d per sequence, %d slot(s); KV %s, %d pages of %d tokens "
+                                "per stage (%.1f MiB per stage); stages:",
+                                e->m->arch_name, hp->n_expert ? "MoE" : "dense", hp->n_layer,
+                                (double)e->m->weight_bytes / 1048576.0,
+                                e->backend == STRATA_BACKEND_CUDA ? "cuda" : "cpu", e->n_ctx,
+                                e->p.n_slots, e->p.kv_type == KV_F16 ? "f16" : "k8v4",
+                                e->stages[0].kv->n_pages, KV_PAGE,
+                                (double)kv_page_bytes(e->stages[0].kv) *
+                                    e->stages[0].kv->n_pages / 1048576.0);
+    for (int i = 0; i < e->n_stages && n < cap; i++) {
+        const stage *st = &e->stages[i];
+        if (e->backend == STRATA_BACKEND_CUDA)
+            n += (size_t)snprintf(buf + n, cap - n, " [%d: layers %d-%d on cuda:%d]", i, st->l0,
+                                  st->l1 - 1, st->device);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, " [%d: layers %d-%d]", i, st->l0, st->l1 - 1);
+    }
+}

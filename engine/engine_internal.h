@@ -1,0 +1,70 @@
+/* engine_internal.h: what the engine's files share (not public). */
+#ifndef STRATA_ENGINE_INTERNAL_H
+#define STRATA_ENGINE_INTERNAL_H
+
+#include "cache/kvcache.h"
+#include "engine/strata.h"
+#include "stagepool/stagepool.h"
+
+struct tokenizer;
+
+/* A stage: layers [l0, l1) on one device, with its KV pool.  The first
+ * stage also embeds tokens, the last applies the output norm and head. */
+typedef struct stage {
+    int index;
+    int l0, l1;
+    int device;          /* CUDA device (CPU backend: unused) */
+    kv_pool *kv;         /* this stage's resident KV pool */
+    void *cuda;          /* backend state (engine/stage_cuda.c), NULL on CPU */
+} stage;
+
+/* One token of the rows a forward pass processes: prefill chunks carry rows
+ * of one sequence, decode steps rows of several. */
+typedef struct fwd_row {
+    strata_seq *seq;
+    int32_t token;
+    int32_t pos;
+    int logits;          /* index of this row's logits in the output, or -1 */
+} fwd_row;
+
+/* CPU scratch: activations for up to `rows` tokens. */
+typedef struct cpu_scratch {
+    int rows;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits, *router;
+} cpu_scratch;
+
+struct strata_engine {
+    strata_params p;
+    model *m;
+    struct tokenizer *tok;
+    int backend;
+    int n_ctx;
+    int max_rows;        /* rows one forward call may carry */
+    int n_stages;
+    stage *stages;
+    stagepool *pool;     /* NULL with one stage */
+    cpu_scratch cpu;
+    void *cuda;          /* engine-wide CUDA state, NULL on CPU */
+};
+
+struct strata_seq {
+    strata_engine *e;
+    int32_t *tokens;
+    int n_tokens, cap;
+    kv_seq *kv;          /* one per stage */
+    void *cuda;          /* per-stage device page tables (CUDA backend) */
+};
+
+/* The forward pass over every stage.  logits: one n_vocab row per row with
+ * logits >= 0.  KV pages must already be reserved for every row. */
+int forward_cpu(strata_engine *e, const fwd_row *rows, int n, float *logits,
+                strata_error *err);
+int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err);
+void cpu_scratch_free(cpu_scratch *s);
+
+/* Parse "--layer-split" into stage boundaries: first layer of each stage
+ * after the first.  Returns the number of stages or a negative error. */
+int parse_layer_split(const char *spec, const model *m, int max_stages, int *starts,
+                      strata_error *err);
+
+#endif

@@ -1,0 +1,210 @@
+/* forward_cpu.c: the forward pass on the CPU — the reference every GPU path
+ * is compared with.  Follow one token: embed -> for each layer (attention
+ * block, FFN block) -> output norm -> logits.  Rows are independent except
+ * through the KV cache, and each row's arithmetic is the same however many
+ * rows share the call (the invariance rule). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "kernels/ops.h"
+#include "model/quant.h"
+
+int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err)
+{
+    const model_hparams *hp = &m->hp;
+    size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t ff = (size_t)(hp->n_expert ? hp->n_ff_exp : hp->n_ff);
+    if (ff < (size_t)hp->n_ff)
+        ff = (size_t)hp->n_ff;
+    memset(s, 0, sizeof *s);
+    s->rows = rows;
+    size_t r = (size_t)rows, wide = dq > (size_t)hp->n_embd ? dq : (size_t)hp->n_embd;
+    s->x = malloc(r * hp->n_embd * sizeof(float));
+    s->xb = malloc(r * wide * sizeof(float));
+    s->q = malloc(r * dq * sizeof(float));
+    s->k = malloc(r * dkv * sizeof(float));
+    s->v = malloc(r * dkv * sizeof(float));
+    s->att = malloc(r * dq * sizeof(float));
+    s->hb = malloc(r * ff * sizeof(float));
+    s->hb2 = malloc(r * ff * sizeof(float));
+    s->router = malloc(((size_t)hp->n_expert + 1) * sizeof(float));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->router) {
+        cpu_scratch_free(s);
+        return strata_err(err, STRATA_E_NOMEM, "out of memory for %d rows of activations", rows);
+    }
+    return 0;
+}
+
+void cpu_scratch_free(cpu_scratch *s)
+{
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->hb);
+    free(s->hb2);
+    free(s->router);
+    memset(s, 0, sizeof *s);
+}
+
+/* y[n x rows] = x[n x cols] W^T, for one matrix of a (possibly stacked) weight. */
+static void matmul(const weight *w, int64_t mat, const float *x, int n, float *y)
+{
+    const char *data = (const char *)w->data + (uint64_t)mat * w->mat_bytes;
+    cpu_matmul_fast(w->type, data, w->rows, w->cols, x, n, y);
+}
+
+static void add_bias(float *y, const float *b, int n_rows, int64_t dim)
+{
+    if (!b)
+        return;
+    for (int r = 0; r < n_rows; r++)
+        cpu_add(y + (size_t)r * dim, b, dim);
+}
+
+/* Attention block of one layer for n rows (x updated in place). */
+static void attention_block(strata_engine *e, const stage *st, int il, const fwd_row *rows, int n)
+{
+    const model *m = e->m;
+    const model_hparams *hp = &m->hp;
+    const layer_weights *L = &m->layers[il];
+    cpu_scratch *s = &e->cpu;
+    int64_t D = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
+    int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, m->rope_freqs};
+
+    for (int r = 0; r < n; r++)
+        cpu_rmsnorm(s->x + r * D, L->attn_norm, D, hp->eps, s->xb + r * D);
+    matmul(&L->wq, 0, s->xb, n, s->q);
+    matmul(&L->wk, 0, s->xb, n, s->k);
+    matmul(&L->wv, 0, s->xb, n, s->v);
+    add_bias(s->q, L->bq, n, dq);
+    add_bias(s->k, L->bk, n, dkv);
+    add_bias(s->v, L->bv, n, dkv);
+    int lk = il - st->l0; /* layer index within the stage's KV pool */
+    for (int r = 0; r < n; r++) {
+        float *q = s->q + r * dq, *k = s->k + r * dkv;
+        if (L->q_norm)
+            cpu_rmsnorm_heads(q, L->q_norm, hp->n_head, hp->head_dim, hp->eps);
+        if (L->k_norm)
+            cpu_rmsnorm_heads(k, L->k_norm, hp->n_head_kv, hp->head_dim, hp->eps);
+        cpu_rope(q, hp->n_head, hp->head_dim, rows[r].pos, &rp);
+        cpu_rope(k, hp->n_head_kv, hp->head_dim, rows[r].pos, &rp);
+        kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
+        cpu_kv_store(&kv, rows[r].pos, k, s->v + r * dkv);
+    }
+    /* Every row's K/V is stored first; a row at position p then reads
+     * positions 0..p, which is the causal mask within a chunk. */
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int r = 0; r < n; r++) {
+        kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
+        cpu_attention(s->q + r * dq, hp->n_head, &kv, rows[r].pos + 1, scale, s->att + r * dq);
+    }
+    matmul(&L->wo, 0, s->att, n, s->xb);
+    for (int r = 0; r < n; r++)
+        cpu_add(s->x + r * D, s->xb + r * D, D);
+}
+
+/* Dense SwiGLU FFN on the normed rows in xb; result added to x. */
+static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
+{
+    cpu_scratch *s = &e->cpu;
+    int64_t D = e->m->hp.n_embd, F = L->gate.rows;
+    matmul(&L->gate, 0, s->xb, n, s->hb);
+    matmul(&L->up, 0, s->xb, n, s->hb2);
+    cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
+    matmul(&L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
+    for (int r = 0; r < n; r++)
+        cpu_add(s->x + r * D, s->att + r * D, D);
+}
+
+/* MoE FFN (FORMATS.md §4.5): softmax over all experts, top-k, renormalise,
+ * weighted sum of the chosen experts' SwiGLU outputs.  Per row. */
+static void ffn_moe(strata_engine *e, const layer_weights *L, int n)
+{
+    cpu_scratch *s = &e->cpu;
+    const model_hparams *hp = &e->m->hp;
+    int64_t D = hp->n_embd, F = L->gate_exps.rows;
+    int ne = hp->n_expert, k = hp->n_expert_used;
+    int sel[64];
+    float wsel[64];
+    for (int r = 0; r < n; r++) {
+        const float *xr = s->xb + r * D;
+        float *out = s->att + r * D;
+        matmul(&L->router, 0, xr, 1, s->router);
+        cpu_softmax(s->router, ne);
+        /* top-k by repeated selection: highest first, lowest index on ties */
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int i = 0; i < ne; i++) {
+                int taken = 0;
+                for (int t = 0; t < j; t++)
+                    taken |= sel[t] == i;
+                if (!taken && (best < 0 || s->router[i] > s->router[best]))
+                    best = i;
+            }
+            sel[j] = best;
+            wsel[j] = s->router[best];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < k; j++)
+            sum += wsel[j];
+        memset(out, 0, (size_t)D * sizeof *out);
+        for (int j = 0; j < k; j++) {
+            matmul(&L->gate_exps, sel[j], xr, 1, s->hb);
+            matmul(&L->up_exps, sel[j], xr, 1, s->hb2);
+            cpu_swiglu(s->hb, s->hb2, F, s->hb);
+            matmul(&L->down_exps, sel[j], s->hb, 1, s->hb2);
+            float wj = wsel[j] / sum;
+            for (int64_t i = 0; i < D; i++)
+                out[i] += wj * s->hb2[i];
+        }
+    }
+    for (int r = 0; r < n; r++)
+        cpu_add(s->x + r * D, s->att + r * D, D);
+}
+
+static void stage_forward(strata_engine *e, const stage *st, const fwd_row *rows, int n)
+{
+    const model *m = e->m;
+    int64_t D = m->hp.n_embd;
+    cpu_scratch *s = &e->cpu;
+    if (st->index == 0)
+        for (int r = 0; r < n; r++)
+            cpu_embed(m->tok_embd.type, m->tok_embd.data, D, rows[r].token, s->x + r * D);
+    for (int il = st->l0; il < st->l1; il++) {
+        const layer_weights *L = &m->layers[il];
+        attention_block(e, st, il, rows, n);
+        for (int r = 0; r < n; r++)
+            cpu_rmsnorm(s->x + r * D, L->ffn_norm, D, m->hp.eps, s->xb + r * D);
+        if (m->hp.n_expert)
+            ffn_moe(e, L, n);
+        else
+            ffn_dense(e, L, n);
+    }
+}
+
+int forward_cpu(strata_engine *e, const fwd_row *rows, int n, float *logits, strata_error *err)
+{
+    const model *m = e->m;
+    int64_t D = m->hp.n_embd, V = m->hp.n_vocab;
+    if (n > e->cpu.rows)
+        return strata_err(err, STRATA_E_ARG, "forward: %d rows > scratch %d", n, e->cpu.rows);
+    /* On the CPU the stages run one after another in this thread: the hidden
+     * state simply stays in x (no copies), so the split logic is exercised
+     * with the same code the GPU stages use. */
+    for (int si = 0; si < e->n_stages; si++)
+        stage_forward(e, &e->stages[si], rows, n);
+    cpu_scratch *s = &e->cpu;
+    for (int r = 0; r < n; r++) {
+        if (rows[r].logits < 0)
+            continue;
+        cpu_rmsnorm(s->x + r * D, m->output_norm, D, m->hp.eps, s->xb);
+        matmul(&m->output, 0, s->xb, 1, logits + (size_t)rows[r].logits * V);
+    }
+    return 0;
+}

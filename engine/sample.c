@@ -1,0 +1,123 @@
+/* sample.c: the sampling chain (see sample.h). */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/ops.h"
+
+sampler_params sampler_defaults(void)
+{
+    sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0};
+    return p;
+}
+
+void sampler_init(sampler *s, const sampler_params *p)
+{
+    s->p = *p;
+    /* xorshift needs a non-zero state; mix the seed so 0 and 1 differ. */
+    s->rng = p->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (!s->rng)
+        s->rng = 1;
+    s->cand = NULL;
+    s->cap = 0;
+}
+
+void sampler_free(sampler *s)
+{
+    free(s->cand);
+    s->cand = NULL;
+    s->cap = 0;
+}
+
+float sampler_uniform(sampler *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    uint64_t r = s->rng * 0x2545F4914F6CDD1Dull;
+    return (float)(r >> 40) / 16777216.0f; /* 24 bits: exactly representable */
+}
+
+void sampler_penalize(const sampler_params *p, float *logits, int n_vocab,
+                      const int32_t *history, int n_history)
+{
+    if (p->repeat_penalty == 1.0f || p->repeat_last_n <= 0)
+        return;
+    int start = n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
+    /* Penalize each distinct token once (CTRL-style): divide positive logits,
+     * multiply negative ones.  A repeated token is skipped after its first
+     * occurrence in the window (the window is short: 64 by default). */
+    for (int i = start; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= n_vocab)
+            continue;
+        int seen = 0;
+        for (int j = start; j < i && !seen; j++)
+            seen = history[j] == t;
+        if (seen)
+            continue;
+        logits[t] = logits[t] > 0 ? logits[t] / p->repeat_penalty : logits[t] * p->repeat_penalty;
+    }
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id; /* lower id first on ties: deterministic */
+}
+
+int32_t sampler_sample(sampler *s, float *logits, int n_vocab, const int32_t *history,
+                       int n_history)
+{
+    sampler_penalize(&s->p, logits, n_vocab, history, n_history);
+    if (s->p.temp <= 0.0f)
+        return cpu_argmax(logits, n_vocab);
+    if (s->cap < n_vocab) {
+        struct cand *c = realloc(s->cand, (size_t)n_vocab * sizeof *c);
+        if (!c)
+            return -1;
+        s->cand = c;
+        s->cap = n_vocab;
+    }
+    int n = n_vocab;
+    for (int i = 0; i < n; i++)
+        s->cand[i] = (struct cand){logits[i], i};
+    qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_desc);
+    if (s->p.top_k > 0 && s->p.top_k < n)
+        n = s->p.top_k;
+    /* Probabilities at temperature 1 for the top-p / min-p cuts, as
+     * llama.cpp applies them before the temperature. */
+    double mx = s->cand[0].logit, sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += exp(s->cand[i].logit - mx);
+    if (s->p.top_p < 1.0f) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            acc += exp(s->cand[i].logit - mx) / sum;
+            if (acc >= s->p.top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (s->p.min_p > 0.0f) {
+        /* keep tokens with p >= min_p * p_max; p_max corresponds to exp(0) */
+        int k = 1;
+        while (k < n && exp(s->cand[k].logit - mx) >= s->p.min_p)
+            k++;
+        n = k;
+    }
+    double tot = 0.0;
+    for (int i = 0; i < n; i++)
+        tot += exp((s->cand[i].logit - mx) / s->p.temp);
+    double r = sampler_uniform(s) * tot, acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        acc += exp((s->cand[i].logit - mx) / s->p.temp);
+        if (r < acc)
+            return s->cand[i].id;
+    }
+    return s->cand[n - 1].id;
+}

@@ -1,0 +1,153 @@
+/* seq.c: sequences (conversations) and running tokens through the stages. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda.h"
+#include "engine_internal.h"
+
+strata_seq *strata_seq_new(strata_engine *e, strata_error *err)
+{
+    strata_seq *s = calloc(1, sizeof *s);
+    if (s)
+        s->kv = calloc((size_t)e->n_stages, sizeof *s->kv);
+    if (!s || !s->kv) {
+        free(s);
+        strata_err(err, STRATA_E_NOMEM, "out of memory for a sequence");
+        return NULL;
+    }
+    s->e = e;
+    return s;
+}
+
+void strata_seq_free(strata_seq *s)
+{
+    if (!s)
+        return;
+    strata_engine *e = s->e;
+    for (int i = 0; i < e->n_stages; i++)
+        kv_seq_release(&s->kv[i], e->stages[i].kv);
+    if (e->backend == STRATA_BACKEND_CUDA)
+        cuda_seq_free(e, s);
+    free(s->kv);
+    free(s->tokens);
+    free(s);
+}
+
+void strata_seq_truncate(strata_seq *s, int n)
+{
+    if (n < 0)
+        n = 0;
+    if (n >= s->n_tokens)
+        return;
+    s->n_tokens = n;
+    for (int i = 0; i < s->e->n_stages; i++)
+        kv_seq_truncate(&s->kv[i], s->e->stages[i].kv, n);
+}
+
+void strata_seq_reset(strata_seq *s) { strata_seq_truncate(s, 0); }
+int strata_seq_len(const strata_seq *s) { return s->n_tokens; }
+const int32_t *strata_seq_tokens(const strata_seq *s) { return s->tokens; }
+
+/* Reserve KV pages on every stage for n_tokens and record the new tokens. */
+static int seq_grow(strata_seq *s, const int32_t *tokens, int n, strata_error *err)
+{
+    strata_engine *e = s->e;
+    if (s->n_tokens + n > e->n_ctx)
+        return strata_err(err, STRATA_E_LIMIT, "context full: %d tokens + %d new > context %d "
+                          "(raise -c, or /reset the conversation)", s->n_tokens, n, e->n_ctx);
+    for (int i = 0; i < e->n_stages; i++) {
+        int rc = kv_seq_reserve(&s->kv[i], e->stages[i].kv, s->n_tokens + n, err);
+        if (rc)
+            return rc;
+    }
+    if (s->n_tokens + n > s->cap) {
+        int cap = s->cap ? s->cap : 256;
+        while (cap < s->n_tokens + n)
+            cap *= 2;
+        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
+        if (!t)
+            return strata_err(err, STRATA_E_NOMEM, "out of memory for the token history");
+        s->tokens = t;
+        s->cap = cap;
+    }
+    memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof *tokens);
+    if (e->backend == STRATA_BACKEND_CUDA)
+        return cuda_seq_sync_pages(e, s, err);
+    return 0;
+}
+
+static int forward(strata_engine *e, const fwd_row *rows, int n, float *logits, strata_error *err)
+{
+    if (e->backend == STRATA_BACKEND_CUDA)
+        return forward_cuda(e, rows, n, logits, err);
+    return forward_cpu(e, rows, n, logits, err);
+}
+
+int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
+                    float *all_logits, strata_error *err)
+{
+    strata_engine *e = s->e;
+    int V = e->m->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return strata_err(err, STRATA_E_ARG, "token id %d at %d is outside the vocabulary (%d)",
+                              tokens[i], i, V);
+    if (n <= 0)
+        return 0;
+    int rc = seq_grow(s, tokens, n, err);
+    if (rc)
+        return rc;
+    fwd_row *rows = malloc((size_t)e->max_rows * sizeof *rows);
+    if (!rows)
+        return strata_err(err, STRATA_E_NOMEM, "out of memory");
+    int base = s->n_tokens;
+    for (int done = 0; done < n && !rc; done += e->p.n_chunk) {
+        int c = n - done < e->p.n_chunk ? n - done : e->p.n_chunk;
+        for (int r = 0; r < c; r++) {
+            int last = done + r == n - 1;
+            rows[r] = (fwd_row){s, tokens[done + r], base + done + r,
+                                all_logits ? r : (last && logits ? 0 : -1)};
+        }
+        float *out = all_logits ? all_logits + (size_t)done * V : logits;
+        rc = forward(e, rows, c, out, err);
+    }
+    free(rows);
+    if (rc) {
+        /* The KV of the failed chunk is unusable: drop the new tokens. */
+        strata_seq_truncate(s, base);
+        return rc;
+    }
+    s->n_tokens = base + n;
+    return 0;
+}
+
+int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
+                        strata_error *err)
+{
+    if (n <= 0)
+        return 0;
+    strata_engine *e = seqs[0]->e;
+    if (n > e->max_rows)
+        return strata_err(err, STRATA_E_ARG, "decode batch of %d > %d rows", n, e->max_rows);
+    fwd_row rows[n];
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i])
+                return strata_err(err, STRATA_E_ARG, "sequence appears twice in a decode batch");
+        int rc = seq_grow(seqs[i], &tokens[i], 1, err);
+        if (rc) {
+            for (int j = 0; j < i; j++)
+                strata_seq_truncate(seqs[j], seqs[j]->n_tokens);
+            return rc;
+        }
+        rows[i] = (fwd_row){seqs[i], tokens[i], seqs[i]->n_tokens, i};
+    }
+    int rc = forward(e, rows, n, logits, err);
+    for (int i = 0; i < n; i++) {
+        if (!rc)
+            seqs[i]->n_tokens++;
+        else
+            strata_seq_truncate(seqs[i], seqs[i]->n_tokens);
+    }
+    return rc;
+}

@@ -1,0 +1,83 @@
+/* strata.h: the engine's public API.
+ *
+ * An engine holds a model placed on its stages (a stage = a contiguous range
+ * of layers on one device), each stage's resident KV pool, and the
+ * tokenizer.  A sequence (strata_seq) is one conversation's state: its token
+ * history and its KV pages on every stage.
+ *
+ *   strata_open()           load, place, allocate
+ *   strata_seq_new()        a new empty conversation
+ *   strata_seq_feed()       read tokens (prefill in chunks); logits of the last
+ *   strata_decode_batch()   one token for each of several sequences at once
+ *   strata_close()
+ *
+ * Thread-safety: one thread drives an engine (the scheduler in
+ * engine/scheduler.h offers a thread-safe request API on top). */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/error.h"
+#include "model/model.h"
+
+enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BACKEND_CUDA = 2 };
+
+typedef struct strata_params {
+    const char *model_path;
+    int backend;            /* enum strata_backend */
+    int n_ctx;              /* per-sequence context limit; 0: min(model's, 4096) */
+    int kv_type;            /* KV_K8V4 (default) or KV_F16 */
+    int n_slots;            /* sequences that may be resident at once (>= 1) */
+    int kv_resident;        /* tokens per stage pool; 0: n_ctx * n_slots */
+    int n_chunk;            /* prefill chunk (tokens); 0: 256 */
+    int n_threads;          /* CPU threads; 0: all cores */
+    const char *layer_split; /* "13,26" or "auto" or NULL (one stage) */
+    const char *devices;    /* "0,1" stage -> CUDA device, or NULL (all 0) */
+    int quiet;              /* 1: no progress/info lines on stderr */
+    /* called while weights load: done/total bytes */
+    void (*progress)(uint64_t done, uint64_t total, void *user);
+    void *progress_user;
+} strata_params;
+
+/* Defaults for every field (model_path NULL). */
+strata_params strata_params_default(void);
+
+typedef struct strata_engine strata_engine;
+typedef struct strata_seq strata_seq;
+
+int strata_open(const strata_params *p, strata_engine **out, strata_error *err);
+void strata_close(strata_engine *e);
+
+const model *strata_model(const strata_engine *e);
+struct tokenizer *strata_tokenizer(const strata_engine *e);
+int strata_n_ctx(const strata_engine *e);
+int strata_n_vocab(const strata_engine *e);
+int strata_backend(const strata_engine *e);   /* the backend actually used */
+int strata_n_stages(const strata_engine *e);
+/* One line describing placement, memory and KV budgets (for logs, /stats). */
+void strata_describe(const strata_engine *e, char *buf, size_t cap);
+
+strata_seq *strata_seq_new(strata_engine *e, strata_error *err);
+void strata_seq_free(strata_seq *s);
+/* Forget the history and return the KV pages. */
+void strata_seq_reset(strata_seq *s);
+/* Keep the first n tokens (drop the rest of the history and KV). */
+void strata_seq_truncate(strata_seq *s, int n);
+int strata_seq_len(const strata_seq *s);
+const int32_t *strata_seq_tokens(const strata_seq *s);
+
+/* Append n tokens to the sequence, running them through the model in chunks.
+ * If logits is non-NULL it receives the n_vocab logits after the last token;
+ * if all_logits is non-NULL it receives n x n_vocab (perplexity). */
+int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
+                    float *all_logits, strata_error *err);
+
+/* One decode step for n sequences: token[i] is appended to seqs[i] and
+ * logits (n x n_vocab) receive their next-token logits.  The rows share one
+ * read of the weights; each row's arithmetic is the same as alone. */
+int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
+                        strata_error *err);
+
+#endif
