@@ -102,7 +102,7 @@ asan:
 	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 OPT=-O1 test
 
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := model/gguf.c model/quant.c model/error.c model/iq3xxs_tables.c
+FUZZ_SRC := model/gguf.c model/error.c model/iq3xxs_tables.c $(wildcard model/quant.c model/quant_*.c)
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^
