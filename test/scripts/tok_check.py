@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Independent oracle for strata's tokenizer (test/test_tokenizer.c).
+
+ids mode (default): build a Hugging Face `tokenizers` BPE from the GGUF file's
+vocabulary and merges, with a pre-tokenizer equivalent to the file's
+`tokenizer.ggml.pre` (smollm: Split on \\p{N} isolated + ByteLevel regex;
+gpt-2/default: ByteLevel alone), and print, for every corpus string:
+
+    HEX(utf-8 bytes) TAB ids-as-plain-text TAB ids-with-special-tokens-parsed
+
+(ids space-separated).  "Plain text" means control-token text is encoded as
+ordinary text (HF: encode_special_tokens = True).
+
+pieces mode (--pieces RULE): split every corpus string with the Python
+`regex` module and the pre-tokenizer regexes of FORMATS.md §5.3, printing
+HEX TAB comma-separated HEX pieces; lets the C test check the qwen2 and
+llama3 rules without a Qwen or Llama model.
+
+Usage: tok_check.py GGUF CORPUS            (ids mode)
+       tok_check.py --pieces RULE CORPUS    (RULE: gpt2 smollm qwen2 llama3)
+"""
+import sys
+
+GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+QWEN2 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+         r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+LLAMA3 = QWEN2.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+
+
+def read_corpus(path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")[1:]  # first line: header
+    for line in lines:
+        if line == "":
+            continue
+        s, i = [], 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\" and i + 1 < len(line):
+                n = line[i + 1]
+                if n == "u":
+                    s.append(chr(int(line[i + 2:i + 6], 16)))
+                    i += 6
+                    continue
+                s.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[n])
+                i += 2
+                continue
+            s.append(c)
+            i += 1
+        out.append("".join(s))
+    return out
+
+
+def split_all(pattern, s):
+    import regex
+    pieces, last = [], 0
+    for m in regex.finditer(pattern, s):
+        if m.start() > last:
+            pieces.append(s[last:m.start()])
+        pieces.append(m.group())
+        last = m.end()
+    if last < len(s):
+        pieces.append(s[last:])
+    return pieces
+
+
+def pieces_mode(rule, corpus):
+    import regex
+    for s in read_corpus(corpus):
+        if rule == "smollm":
+            parts = []
+            for seg in split_all(r"\p{N}", s):
+                parts += [seg] if regex.fullmatch(r"\p{N}", seg) else split_all(GPT2, seg)
+        else:
+            parts = split_all({"gpt2": GPT2, "qwen2": QWEN2, "llama3": LLAMA3}[rule], s)
+        print(s.encode().hex() + "\t" + ",".join(p.encode().hex() for p in parts))
+
+
+def ids_mode(path, corpus):
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer, AddedToken, Regex, models, pre_tokenizers, decoders
+
+    r = GGUFReader(path)
+    tokens = r.fields["tokenizer.ggml.tokens"].contents()
+    merges = r.fields["tokenizer.ggml.merges"].contents()
+    types = r.fields["tokenizer.ggml.token_type"].contents()
+    pre = r.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in r.fields else "default"
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"), byte_level])
+    elif pre in ("gpt-2", "default"):
+        tok.pre_tokenizer = byte_level
+    else:
+        sys.exit(f"tok_check.py: pre-tokenizer {pre!r} has no oracle here")
+    tok.decoder = decoders.ByteLevel()
+    specials = [AddedToken(tokens[i], special=True, normalized=False)
+                for i in range(len(tokens)) if types[i] in (3, 4)]
+    tok.add_special_tokens(specials)
+    for s in read_corpus(corpus):
+        tok.encode_special_tokens = True
+        plain = tok.encode(s, add_special_tokens=False).ids
+        tok.encode_special_tokens = False
+        special = tok.encode(s, add_special_tokens=False).ids
+        assert tok.decode(plain, skip_special_tokens=False) == s, s
+        print(s.encode().hex() + "\t" + " ".join(map(str, plain)) + "\t" +
+              " ".join(map(str, special)))
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--pieces":
+        pieces_mode(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3:
+        ids_mode(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
