@@ -1,0 +1,165 @@
+/* convcache.h: the conversation cache, host-memory images of parked
+ * conversations keyed by their token history.
+ *
+ * An image is what a conversation needs to continue without re-reading its
+ * history: its tokens (int32 ids), its position, and for every stage of the
+ * layer split that stage's K/V bytes.  The bytes are opaque here: the engine
+ * decides their layout; the cache only owns, counts, shares and checksums
+ * them.
+ *
+ * Spans: how "K/V reused" works without copying.  An image's bytes are a
+ * list of spans; span i holds, for every stage, the bytes of the tokens
+ * [t0, t1).  A fresh capture has one span [0, n).  A capture that extends a
+ * cached prefix image of p tokens takes the prefix's spans by reference
+ * (reference-counted) and adds one new span [p, n): only the new tokens are
+ * copied from the cards, and nothing is copied host to host.  The engine
+ * restores an image by copying each span of its stage to the tokens it
+ * names.  A span's bytes are freed when the last image holding it goes.
+ *
+ * Budgets: max_bytes bounds the bytes of all live spans (shared ones
+ * counted once, captures in flight included: their bytes are reserved when
+ * they begin); max_images bounds committed images plus captures in flight.
+ * Beginning a capture evicts least-recently-used images until both budgets
+ * hold; pinned images are never evicted; if even evicting every unpinned
+ * image would not make room, the capture fails with STRATA_E_LIMIT and
+ * nothing is evicted.  Token lists and bookkeeping (4 bytes per token,
+ * against tens of KiB of K/V per token) are not counted.
+ *
+ * Threading: ONE orchestration thread calls everything, except these, which
+ * the stage pool's bodies may call at the same time, each for its own stage:
+ * convcache_capture_part, convcache_capture_part_bytes,
+ * convcache_capture_seal, and the read-only image accessors
+ * (convcache_image_*, convcache_verify) on an image that stays pinned (or
+ * at least is not evicted) meanwhile.  A capture's part buffers never move
+ * between begin and commit/abort, so bodies can write into them freely.
+ *
+ * Lifetimes: an image pointer from convcache_find or convcache_commit stays
+ * valid until the next convcache_begin (which may evict it) unless pinned,
+ * and until convcache_free in any case. */
+#ifndef STRATA_CONVCACHE_H
+#define STRATA_CONVCACHE_H
+
+#include "model/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct convcache convcache;
+typedef struct convcache_image convcache_image;
+typedef struct convcache_capture convcache_capture;
+
+/* Where part bytes come from: the engine passes cudaHostAlloc/cudaFreeHost
+ * wrappers so the cards can copy at pinned speed (pageable memory copies
+ * 4-6x slower, see /work/shared/ANCHORS.md).  alloc returns NULL on
+ * failure; it is called for non-zero sizes only. */
+typedef struct convcache_allocator {
+    void *(*alloc)(size_t bytes, void *ctx);
+    void (*free)(void *ptr, void *ctx);
+    void *ctx;
+} convcache_allocator;
+
+typedef struct convcache_config {
+    int n_stages;                  /* parts per span, >= 1 */
+    size_t max_bytes;              /* budget of part bytes, > 0 */
+    int max_images;                /* budget of images, > 0 */
+    convcache_allocator allocator; /* all NULL: malloc / free */
+} convcache_config;
+
+typedef struct convcache_stats {
+    size_t bytes_used, bytes_max;  /* live part bytes (reserved included) */
+    int images, images_max;        /* committed images */
+    int captures;                  /* captures begun, not yet ended */
+    int pinned;                    /* committed images pinned now */
+    uint64_t hits, misses;         /* convcache_find found an image / none */
+    uint64_t evictions;            /* images evicted to make room */
+    uint64_t commits, aborts;      /* captures ended either way */
+    uint64_t bytes_reused;         /* prefix bytes shared by committed
+                                      extending captures instead of copied */
+} convcache_stats;
+
+/* One span of one stage, as the engine reads it to restore. */
+typedef struct convcache_span {
+    int32_t t0, t1;                /* the tokens [t0, t1) it holds */
+    const void *data;              /* that stage's bytes for them */
+    size_t bytes;
+} convcache_span;
+
+convcache *convcache_new(const convcache_config *cfg, strata_error *err);
+/* Frees every image and every capture still in flight.  NULL ok. */
+void convcache_free(convcache *c);
+
+/* ---- lookup ------------------------------------------------------------- */
+
+/* The longest committed image whose tokens are a prefix of (or equal to)
+ * tokens[0..n_tokens): *img and its length as the return value; or 0 and
+ * *img = NULL (a miss).  A hit makes the image most recently used. */
+int convcache_find(convcache *c, const int32_t *tokens, int n_tokens,
+                   convcache_image **img);
+
+/* Keep an image from being evicted while it is in use (a restore in
+ * flight, a prefix held across other captures).  Pins nest. */
+void convcache_pin(convcache_image *img);
+void convcache_unpin(convcache_image *img);
+
+/* ---- capture ------------------------------------------------------------ */
+
+/* Begin capturing the image of tokens[0..n_tokens) at position pos.
+ * prefix: NULL for a fresh capture, or a committed image of this cache
+ * whose tokens are a proper prefix of tokens; its spans are shared and the
+ * new span holds tokens [prefix length, n_tokens).  new_bytes[stage]: the
+ * bytes of the new span on each stage (0 allowed).  Evicts as needed (see
+ * the top of the file).  On success *cap holds writable parts; end it with
+ * convcache_commit or convcache_abort. */
+int convcache_begin(convcache *c, const int32_t *tokens, int n_tokens,
+                    int32_t pos, convcache_image *prefix,
+                    const size_t *new_bytes, convcache_capture **cap,
+                    strata_error *err);
+
+/* The new span's buffer of a stage (stable until commit/abort; NULL when
+ * its size is 0), its size, and the first token it holds. */
+void *convcache_capture_part(convcache_capture *cap, int stage);
+size_t convcache_capture_part_bytes(const convcache_capture *cap, int stage);
+int32_t convcache_capture_first_token(const convcache_capture *cap);
+
+/* Checksum a stage's new part now that it is written: called from that
+ * stage's body, so the hashing of all stages runs in parallel.  Commit
+ * hashes the stages not sealed (or written after their seal: do not). */
+void convcache_capture_seal(convcache_capture *cap, int stage);
+
+/* Make the capture an image (most recently used).  If an image of the same
+ * tokens was committed meanwhile, the new bytes are dropped and that image
+ * is the result.  *img (may be NULL) receives the image. */
+int convcache_commit(convcache *c, convcache_capture *cap,
+                     convcache_image **img, strata_error *err);
+/* Drop the capture and every byte it reserved: nothing of it remains (a
+ * capture that failed on any stage is aborted, never committed).  NULL ok. */
+void convcache_abort(convcache *c, convcache_capture *cap);
+
+/* ---- images ------------------------------------------------------------- */
+
+const int32_t *convcache_image_tokens(const convcache_image *img,
+                                      int *n_tokens);
+int32_t convcache_image_pos(const convcache_image *img);
+int convcache_image_n_spans(const convcache_image *img);
+/* Span i (0 = oldest, tokens from 0) of a stage; STRATA_E_ARG if out of
+ * range. */
+int convcache_image_span(const convcache_image *img, int stage, int i,
+                         convcache_span *out, strata_error *err);
+/* All bytes of a stage, over all spans. */
+size_t convcache_image_bytes(const convcache_image *img, int stage);
+
+/* Recompute the checksums of a stage's parts (stage -1: every stage) and
+ * compare them with those written at commit: STRATA_E_FORMAT naming the
+ * stage and tokens of the first mismatch. */
+int convcache_verify(const convcache_image *img, int stage, strata_error *err);
+
+/* ---- accounting --------------------------------------------------------- */
+
+void convcache_get_stats(const convcache *c, convcache_stats *st);
+
+/* Walk every structure and check the invariants (budgets, byte and image
+ * counts, reference counts, span coverage, list links): for the tests and
+ * debug builds.  STRATA_E_FORMAT with the first broken one. */
+int convcache_check(convcache *c, strata_error *err);
+
+#endif
