@@ -47,8 +47,10 @@ typedef struct bpe_sym {
 static int queue_pair(const tokenizer *t, merge_heap *h, const bpe_sym *s,
                       int32_t left)
 {
+    if (left < 0)
+        return 0;
     int32_t right = s[left].next;
-    if (left < 0 || right < 0 || s[left].id < 0 || s[right].id < 0)
+    if (right < 0 || s[left].id < 0 || s[right].id < 0)
         return 0;
     const tok_pair *p = tok_pairmap_get(&t->merges, s[left].id, s[right].id);
     if (!p)
