@@ -431,15 +431,19 @@ static int read_tensor(gguf *g, cursor *c, uint64_t i)
 
 /* ---- data placement (§1.3, §1.4 items 13, 14) -------------------------- */
 
-static const gguf *sort_ctx; /* qsort has no user pointer in C11 */
+/* A tensor's place in the data section, for sorting by offset (a pair, so
+ * the comparison needs no global context and parsing stays thread-safe). */
+typedef struct placed {
+    uint64_t offset;
+    uint64_t i;
+} placed;
 
 static int by_offset(const void *a, const void *b)
 {
-    const gguf_tensor *x = &sort_ctx->tensors[*(const uint64_t *)a];
-    const gguf_tensor *y = &sort_ctx->tensors[*(const uint64_t *)b];
+    const placed *x = a, *y = b;
     if (x->offset != y->offset)
         return x->offset < y->offset ? -1 : 1;
-    return *(const uint64_t *)a < *(const uint64_t *)b ? -1 : 1;
+    return x->i < y->i ? -1 : 1;
 }
 
 static uint64_t align_up(uint64_t x, uint64_t a)
@@ -478,19 +482,18 @@ static int check_placement(gguf *g, strata_error *err)
 {
     if (g->n_tensors == 0)
         return 0;
-    uint64_t *order = malloc(g->n_tensors * sizeof *order);
+    placed *order = malloc(g->n_tensors * sizeof *order);
     if (!order)
         return strata_err(err, STRATA_E_NOMEM, "%s: out of memory", g->path);
     for (uint64_t i = 0; i < g->n_tensors; i++)
-        order[i] = i;
-    sort_ctx = g;
+        order[i] = (placed){g->tensors[i].offset, i};
     qsort(order, g->n_tensors, sizeof *order, by_offset);
     uint64_t file_room = g->size > g->data_offset ? g->size - g->data_offset : 0;
     int rc = 0;
     for (uint64_t k = 0; k < g->n_tensors && !rc; k++) {
-        gguf_tensor *t = &g->tensors[order[k]];
+        gguf_tensor *t = &g->tensors[order[k].i];
         bool last = k + 1 == g->n_tensors;
-        uint64_t end = last ? file_room : g->tensors[order[k + 1]].offset;
+        uint64_t end = last ? file_room : order[k + 1].offset;
         uint64_t space = t->offset <= end ? end - t->offset : 0;
         if (t->type == GGML_TYPE_Q2_0 && (rc = check_q2_0(g, t, space, last, err)))
             break;
@@ -506,7 +509,7 @@ static int check_placement(gguf *g, strata_error *err)
             rc = strata_err(err, STRATA_E_FORMAT,
                             "%s: tensor '%s': data at offset %" PRIu64 " + %" PRIu64
                             " bytes overlaps tensor '%s' at offset %" PRIu64, g->path, t->name,
-                            t->offset, t->nbytes, g->tensors[order[k + 1]].name, end);
+                            t->offset, t->nbytes, g->tensors[order[k + 1].i].name, end);
     }
     free(order);
     if (rc)
@@ -611,11 +614,14 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
         return strata_err(err, errno == ENOENT ? STRATA_E_NOTFOUND : STRATA_E_IO,
                           "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return strata_err(err, STRATA_E_IO, "%s: %s", path,
-                          S_ISREG(st.st_mode) ? strerror(e) : "not a regular file");
+        return strata_err(err, STRATA_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return strata_err(err, STRATA_E_IO, "%s: not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);

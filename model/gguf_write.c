@@ -206,6 +206,10 @@ int gguf_writer_set_array(gguf_writer *w, const char *key, uint32_t elem_type,
     /* Strings go through set_str_array; nested arrays are refused (§1.4 item 5). */
     if (esz == 0 || (n && !data) || alignment_key(key) || n > (SIZE_MAX - 12) / esz)
         return STRATA_E_ARG;
+    /* Bools are 0 or 1 (§1.2); the reader refuses anything else. */
+    for (uint64_t i = 0; elem_type == GGUF_BOOL && i < n; i++)
+        if (((const uint8_t *)data)[i] > 1)
+            return STRATA_E_ARG;
     uint8_t *buf = malloc(12 + n * esz);
     if (!buf)
         return STRATA_E_NOMEM;
