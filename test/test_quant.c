@@ -505,11 +505,90 @@ START_TEST(demo_model_tensors_match_python_gguf)
 }
 END_TEST
 
+/* ---- strata-cli quantize end to end ------------------------------------- */
+
+/* Run `quantize IN OUT TYPE`, then have python gguf load OUT and dequantize
+ * every tensor (check-file also compares against IN). */
+static void quantize_and_check(const char *in, const char *type, const char *extra)
+{
+    char out[1024], cmd[4096], *txt = NULL;
+    snprintf(out, sizeof out, "%s/q-%s.gguf", test_tmpdir(), type);
+    snprintf(cmd, sizeof cmd, "%s quantize -q %s %s %s %s 2>&1", test_cli(), extra, in, out, type);
+    int rc = test_run(cmd, &txt);
+    printf("quant: %s\n%s", cmd, txt ? txt : "");
+    ck_assert_msg(rc == 0, "%s failed: %s", cmd, txt ? txt : "");
+    ck_assert_ptr_nonnull(strstr(txt, "bits per weight"));
+    free(txt);
+    if (!test_have_python("gguf,numpy")) {
+        test_note_skip("quantize_output_python_check", "python3 with gguf and numpy not available");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py check-file %s %s 2>&1",
+             test_root(), out, in);
+    rc = test_run(cmd, &txt);
+    printf("%s", txt ? txt : "");
+    ck_assert_msg(rc == 0, "%s: %s", cmd, txt ? txt : "");
+    free(txt);
+}
+
+START_TEST(cli_quantizes_a_small_model)
+{
+    if (!test_cli())
+        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+    char in[1024], cmd[4096], *txt = NULL;
+    snprintf(in, sizeof in, "%s/small-f16.gguf", test_tmpdir());
+    /* dim 320 is not a multiple of 256: exercises the IQ3_XXS -> Q2_0 fallback;
+     * ff 512 rows (ffn_down) take IQ3_XXS */
+    snprintf(cmd, sizeof cmd, "%s mkmodel -q --arch llama --layers 2 --dim 320 --heads 5 "
+             "--kv-heads 1 --head-dim 64 --ff 512 --vocab 512 --type f16 -o %s 2>&1",
+             test_cli(), in);
+    int rc = test_run(cmd, &txt);
+    if (rc != 0) {
+        free(txt);
+        TEST_SKIP("strata-cli mkmodel not available");
+    }
+    free(txt);
+    quantize_and_check(in, "iq3_xxs", "");
+    quantize_and_check(in, "q2_0", "--keep-type 'blk.1.*=q8_0'");
+    quantize_and_check(in, "q8_0", "");
+
+    /* bad type and bad override: usage errors, nothing written */
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/bad.gguf q4_k 2>&1", test_cli(), in, test_tmpdir());
+    ck_assert_int_ne(test_run(cmd, &txt), 0);
+    ck_assert_ptr_nonnull(strstr(txt, "q4_k"));
+    free(txt);
+    snprintf(cmd, sizeof cmd, "%s quantize --keep-type 'blk.*.attn_q.weight=iq3_xxs' %s %s/bad.gguf q2_0 2>&1",
+             test_cli(), in, test_tmpdir());
+    ck_assert_int_ne(test_run(cmd, &txt), 0);
+    ck_assert_ptr_nonnull(strstr(txt, "attn_q.weight"));
+    free(txt);
+}
+END_TEST
+
+/* The demo model to Q2_0 takes seconds; to IQ3_XXS ~15 s of CPU (26.5M
+ * weights through the grid search), so CI only runs it with
+ * STRATA_SLOW_TESTS=1. */
+START_TEST(cli_quantizes_the_demo_model)
+{
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not present");
+    if (!test_cli())
+        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+    quantize_and_check(model, "q2_0", "");
+    const char *slow = getenv("STRATA_SLOW_TESTS");
+    if (slow && slow[0] == '1')
+        quantize_and_check(model, "iq3_xxs", "");
+    else
+        test_note_skip("demo_model_to_iq3_xxs", "set STRATA_SLOW_TESTS=1 (about a minute)");
+}
+END_TEST
+
 static Suite *quant_suite(void)
 {
     Suite *s = suite_create("quant");
     TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, testvectors_bit_exact);
     tcase_add_test(tc, iq3_tables_follow_their_rules);
     tcase_add_test(tc, fp16_round_trips_and_rounds_to_even);
@@ -521,6 +600,8 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, own_blocks_match_python_gguf);
     tcase_add_test(tc, random_blocks_match_python_gguf);
     tcase_add_test(tc, demo_model_tensors_match_python_gguf);
+    tcase_add_test(tc, cli_quantizes_a_small_model);
+    tcase_add_test(tc, cli_quantizes_the_demo_model);
     suite_add_tcase(s, tc);
     return s;
 }
