@@ -51,10 +51,10 @@ static void mkmodel_usage(FILE *f)
         "\n"
         "8B-class dense:  --arch llama --layers 32 --dim 4096 --heads 32 --kv-heads 8\n"
         "                 --ff 14336 --vocab 128256 --rope-base 500000 --type iq3_xxs\n"
-        "                 --block-pool 65536\n"
+        "                 --block-pool 16384\n"
         "30B-A3B-class:   --arch qwen3moe --layers 48 --dim 2048 --heads 32 --kv-heads 4\n"
         "                 --head-dim 128 --experts 128 --experts-used 8 --ff-exp 768\n"
-        "                 --ff 6144 --vocab 151936 --type iq3_xxs --block-pool 65536\n",
+        "                 --ff 6144 --vocab 151936 --type iq3_xxs --block-pool 16384\n",
         MKMODEL_MIN_VOCAB, MKMODEL_DEFAULT_VOCAB);
 }
 

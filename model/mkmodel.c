@@ -611,7 +611,7 @@ int mkmodel_write(const mkmodel_params *params, const char *path, strata_error *
                 (double)planned / 1048576.0, p.n_threads,
                 p.block_pool ? ", weights from block pools" : "");
     if (progress && !p.block_pool && planned > (1ull << 30))
-        fprintf(p.log, "mkmodel: hint: --block-pool 65536 writes a model this size much "
+        fprintf(p.log, "mkmodel: hint: --block-pool 16384 writes a model this size much "
                        "faster (see --help)\n");
     uint64_t total = 0, n_params = 0;
     for (size_t i = 0; i < pl.n; i++) {
