@@ -11,6 +11,7 @@ byte-identically.
     python3 test/fuzz/make_corpus.py [OUTDIR]
 """
 import os
+import struct
 import sys
 
 import numpy as np
@@ -66,12 +67,38 @@ def empty(w):
     pass
 
 
+def raw_gguf(tensors, data_sizes, alignment=32):
+    """A GGUF v3 file written by hand, for types the Python package does not
+    know (Q2_0, id 42): tensors = [(name, type_id, ne)], data_sizes = bytes
+    given to each tensor's data (before padding)."""
+    def s(b):
+        return struct.pack("<Q", len(b)) + b
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 1)
+    out += s(b"general.architecture") + struct.pack("<I", 8) + s(b"llama")
+    offset = 0
+    for (name, tid, ne), size in zip(tensors, data_sizes):
+        out += s(name.encode()) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
+        out += struct.pack("<IQ", tid, offset)
+        offset += size + (-size % alignment)
+    out += b"\0" * (-len(out) % alignment)
+    for i, size in enumerate(data_sizes):
+        out += bytes(rng_bytes(size, 10 + i)) + b"\0" * (-size % alignment)
+    return out
+
+
 def main(argv):
     out = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
     os.makedirs(out, exist_ok=True)
     write(os.path.join(out, "every_type.bin"), every_type)
     write(os.path.join(out, "quant_align64.bin"), quant_types, alignment=64)
     write(os.path.join(out, "empty.bin"), empty)
+    # Q2_0 (§2.6): 2048 elements are 576 bytes upstream (group 64) and 544
+    # bytes in the group-128 fork layout; the second seed must be refused.
+    q2 = [("blk.0.attn_q.weight", 42, (2048, 1)), ("output_norm.weight", 0, (8,))]
+    with open(os.path.join(out, "q2_0.bin"), "wb") as f:
+        f.write(raw_gguf(q2, [576, 32]))
+    with open(os.path.join(out, "q2_0_group128.bin"), "wb") as f:
+        f.write(raw_gguf(q2, [544, 32]))
     with open(os.path.join(out, "every_type.bin"), "rb") as f:
         data = f.read()
     with open(os.path.join(out, "truncated.bin"), "wb") as f:
