@@ -1,0 +1,65 @@
+/* cmd_run.c: strata-cli run — generate from one prompt, streaming the text
+ * to stdout and the rates to stderr. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "engine/generate.h"
+#include "frontend.h"
+#include "model/tokenizer.h"
+#include "options.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli run [-m MODEL] -p PROMPT [-n N] [--chat] [options]\n\n"
+               "Reads the prompt, then streams the continuation to stdout; prompt and decode\n"
+               "rates go to stderr.  --chat wraps the prompt as one user turn of the model's\n"
+               "chat format.\n\n");
+    cli_opts_help(f);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    cli_opts o;
+    cli_opts_init(&o);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        int r = cli_opts_parse(&o, "run", argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r == 0) {
+            fprintf(stderr, "strata-cli run: unknown option '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!o.prompt) {
+        fprintf(stderr, "strata-cli run: no prompt (-p TEXT)\n");
+        return 2;
+    }
+    if (cli_opts_default_model(&o, "run"))
+        return 1;
+    frontend fe;
+    strata_error err = {0};
+    if (frontend_open(&fe, &o, &err)) {
+        fprintf(stderr, "strata-cli run: %s\n", err.msg);
+        return 1;
+    }
+    tok_ids ids = {0};
+    int rc = o.chat ? frontend_chat_first_turn(&fe, o.system, o.prompt, &ids, &err)
+                    : frontend_encode_prompt(&fe, o.prompt, &ids, &err);
+    gen_stats st;
+    if (!rc)
+        rc = frontend_answer(&fe, ids.ids, (int)ids.n, o.n_predict, &st, &err);
+    if (rc)
+        fprintf(stderr, "\nstrata-cli run: %s\n", err.msg);
+    else
+        frontend_print_stats(&fe, &st, stderr);
+    tok_ids_free(&ids);
+    frontend_close(&fe);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+/* frontend.h: what `run` and `chat` share: an engine with one
+ * conversation, a sampler, a streaming decoder that never prints half a
+ * character, the chat format, and the stats line. */
+#ifndef STRATA_CLI_FRONTEND_H
+#define STRATA_CLI_FRONTEND_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "engine/generate.h"
+#include "model/chat.h"
+#include "model/tokenizer.h"
+#include "options.h"
+
+typedef struct frontend {
+    cli_opts *o;
+    strata_engine *e;
+    strata_seq *seq;
+    sampler smp;
+    tokdec *dec;
+    chat_template fmt;
+    int turns;           /* answers given in this conversation */
+    double t_load;
+    FILE *out;           /* where the answer streams (stdout) */
+} frontend;
+
+extern volatile sig_atomic_t frontend_interrupted;
+
+int frontend_open(frontend *f, cli_opts *o, strata_error *err);
+void frontend_close(frontend *f);
+/* Plain prompt text (bos added if the model asks for it). */
+int frontend_encode_prompt(frontend *f, const char *text, tok_ids *ids, strata_error *err);
+/* The first user turn of a conversation in the chat format (system prompt
+ * if given, else the template's default), ending with the assistant header. */
+int frontend_chat_first_turn(frontend *f, const char *system, const char *user, tok_ids *ids,
+                             strata_error *err);
+/* A later turn: only the new text, since the history's KV is kept. */
+int frontend_chat_next_turn(frontend *f, const char *user, tok_ids *ids, strata_error *err);
+/* Feed ids, stream the answer to f->out. */
+int frontend_answer(frontend *f, const int32_t *ids, int n, int max_new, gen_stats *st,
+                    strata_error *err);
+void frontend_print_stats(const frontend *f, const gen_stats *st, FILE *to);
+
+#endif
