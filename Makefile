@@ -3,6 +3,7 @@
 #   make               build build/strata-cli and build/libstrata.a
 #   make test          build and run every libcheck suite (GPU ones skip without a GPU)
 #   make asan          the tests under AddressSanitizer + UBSan (CPU build)
+#   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          run the GGUF reader fuzz target for FUZZ_SECONDS (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
 #   make chat          build, fetch the demo model, start strata-cli chat
@@ -36,6 +37,10 @@ ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDLIBS += -fsanitize=address,undefined
 endif
+ifeq ($(SAN),thread)
+  CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+  LDLIBS += -fsanitize=thread
+endif
 
 LIB_SRC := $(wildcard model/*.c kernels/cpu/*.c cache/*.c stagepool/*.c engine/*.c)
 CU_SRC  :=
@@ -61,7 +66,7 @@ else
   CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 endif
 
-.PHONY: all test asan fuzz model chat bench clean help
+.PHONY: all test asan tsan fuzz model chat bench clean help
 all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
 
 # A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
@@ -100,6 +105,10 @@ test: $(BUILD)/strata-tests $(BUILD)/strata-cli
 
 asan:
 	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 OPT=-O1 test
+
+# CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
+tsan:
+	CK_FORK=no CK_RUN_SUITE=$(or $(TSAN_SUITE),stagepool) $(MAKE) BUILD=build/tsan CUDA=0 SAN=thread OPT=-O1 test
 
 FUZZ_SECONDS ?= 60
 FUZZ_SRC := model/gguf.c model/error.c model/iq3xxs_tables.c $(wildcard model/quant.c model/quant_*.c)
