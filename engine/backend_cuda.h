@@ -17,7 +17,7 @@ kv_allocator cuda_kv_allocator(strata_engine *e, stage *st);
 /* Worker hooks for the stage pool: bind the card, make the copy stream. */
 void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h);
 /* The forward pass on the cards (same contract as forward_cpu). */
-int forward_cuda(strata_engine *e, const fwd_row *rows, int n, float *logits,
+int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
                  strata_error *err);
 /* Keep a sequence's device page tables in step with its host ones. */
 int cuda_seq_sync_pages(strata_engine *e, strata_seq *s, strata_error *err);

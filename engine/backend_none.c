@@ -31,8 +31,10 @@ void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h)
     (void)h;
 }
 
-int forward_cuda(strata_engine *e, const fwd_row *rows, int n, float *logits, strata_error *err)
+int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
+                 strata_error *err)
 {
+    (void)decode;
     (void)e;
     (void)rows;
     (void)n;

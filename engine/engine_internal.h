@@ -56,8 +56,12 @@ struct strata_seq {
 };
 
 /* The forward pass over every stage.  logits: one n_vocab row per row with
- * logits >= 0.  KV pages must already be reserved for every row. */
-int forward_cpu(strata_engine *e, const fwd_row *rows, int n, float *logits,
+ * logits >= 0.  KV pages must already be reserved for every row.  A call
+ * carries either one sequence's prompt chunk (decode = 0) or one token of
+ * each of several sequences (decode = 1).  Which kernels run depends only on
+ * that role, never on the number of rows, so a row's result is the same
+ * alone, in a batch, and in any chunking (the invariance rule). */
+int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
                 strata_error *err);
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err);
 void cpu_scratch_free(cpu_scratch *s);

@@ -188,8 +188,10 @@ static void stage_forward(strata_engine *e, const stage *st, const fwd_row *rows
     }
 }
 
-int forward_cpu(strata_engine *e, const fwd_row *rows, int n, float *logits, strata_error *err)
+int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
+                strata_error *err)
 {
+    (void)decode; /* the CPU reference has one arithmetic for both roles */
     const model *m = e->m;
     int64_t D = m->hp.n_embd, V = m->hp.n_vocab;
     if (n > e->cpu.rows)

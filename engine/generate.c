@@ -55,7 +55,7 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
                             strata_seq_len(s));
             break;
         }
-        rc = strata_seq_feed(s, &tok, 1, logits, NULL, err);
+        rc = strata_seq_decode(s, tok, logits, err);
     }
     st->t_gen = strata_now() - t0;
     free(logits);

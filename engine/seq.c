@@ -76,11 +76,12 @@ static int seq_grow(strata_seq *s, const int32_t *tokens, int n, strata_error *e
     return 0;
 }
 
-static int forward(strata_engine *e, const fwd_row *rows, int n, float *logits, strata_error *err)
+static int forward(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
+                   strata_error *err)
 {
     if (e->backend == STRATA_BACKEND_CUDA)
-        return forward_cuda(e, rows, n, logits, err);
-    return forward_cpu(e, rows, n, logits, err);
+        return forward_cuda(e, rows, n, decode, logits, err);
+    return forward_cpu(e, rows, n, decode, logits, err);
 }
 
 int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
@@ -109,7 +110,7 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
                                 all_logits ? r : (last && logits ? 0 : -1)};
         }
         float *out = all_logits ? all_logits + (size_t)done * V : logits;
-        rc = forward(e, rows, c, out, err);
+        rc = forward(e, rows, c, 0, out, err);
     }
     free(rows);
     if (rc) {
@@ -130,6 +131,10 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
     if (n > e->max_rows)
         return strata_err(err, STRATA_E_ARG, "decode batch of %d > %d rows", n, e->max_rows);
     fwd_row rows[n];
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= e->m->hp.n_vocab)
+            return strata_err(err, STRATA_E_ARG, "token id %d is outside the vocabulary (%d)",
+                              tokens[i], e->m->hp.n_vocab);
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < i; j++)
             if (seqs[j] == seqs[i])
@@ -142,7 +147,7 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
         }
         rows[i] = (fwd_row){seqs[i], tokens[i], seqs[i]->n_tokens, i};
     }
-    int rc = forward(e, rows, n, logits, err);
+    int rc = forward(e, rows, n, 1, logits, err);
     for (int i = 0; i < n; i++) {
         if (!rc)
             seqs[i]->n_tokens++;
@@ -150,4 +155,9 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
             strata_seq_truncate(seqs[i], seqs[i]->n_tokens);
     }
     return rc;
+}
+
+int strata_seq_decode(strata_seq *s, int32_t token, float *logits, strata_error *err)
+{
+    return strata_decode_batch(&s, &token, 1, logits, err);
 }

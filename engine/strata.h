@@ -79,5 +79,8 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
  * read of the weights; each row's arithmetic is the same as alone. */
 int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
                         strata_error *err);
+/* strata_decode_batch for one sequence: how generated tokens are read, so a
+ * conversation decodes with the same kernels alone and in a batch. */
+int strata_seq_decode(strata_seq *s, int32_t token, float *logits, strata_error *err);
 
 #endif
