@@ -588,6 +588,9 @@ int mkmodel_write(const mkmodel_params *params, const char *path, strata_error *
     for (size_t i = 0; i < pl.n; i++)
         pl.t[i].type = pick_type(&p, &pl.t[i]);
     log_fallbacks(&p, &pl);
+    if (p.log && p.head_dim % 32)
+        fprintf(p.log, "mkmodel: note: head dim %d is not a multiple of 32; strata's k8v4 KV "
+                       "cache (32-element blocks per head) will refuse this model\n", p.head_dim);
 
     if ((rc = mkmodel_vocab_build(p.n_vocab, &voc, err)))
         goto done;

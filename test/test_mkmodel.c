@@ -14,7 +14,9 @@
 #include "model/gguf.h"
 #include "model/mkmodel.h"
 
-/* One small model per architecture and weight type the GPU work cares about.
+/* One small model per architecture and weight type the GPU work cares about,
+ * with head dims that are multiples of 32 (what the k8v4 cache needs), so
+ * the engine can run the same shapes.
  * `check` holds the arguments check_mkmodel.py needs beyond the file. */
 typedef struct tiny {
     const char *name;
@@ -24,13 +26,13 @@ typedef struct tiny {
 
 static const tiny tinies[] = {
     {"llama-f32-tied",
-     "--arch llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 --vocab 400 --type f32 "
+     "--arch llama --layers 2 --dim 128 --heads 4 --kv-heads 2 --ff 256 --vocab 400 --type f32 "
      "--tied",
-     "--arch llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 16 --ff 128 "
+     "--arch llama --layers 2 --dim 128 --heads 4 --kv-heads 2 --head-dim 32 --ff 256 "
      "--vocab 400 --type f32 --tied"},
     {"qwen2-q8_0",
-     "--arch qwen2 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 160 --type q8_0",
-     "--arch qwen2 --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 16 --ff 160 "
+     "--arch qwen2 --layers 2 --dim 128 --heads 4 --kv-heads 2 --ff 320 --type q8_0",
+     "--arch qwen2 --layers 2 --dim 128 --heads 4 --kv-heads 2 --head-dim 32 --ff 320 "
      "--vocab 1024 --type q8_0"},
     {"qwen3-q2_0",
      "--arch qwen3 --layers 2 --dim 128 --heads 4 --kv-heads 2 --head-dim 32 --ff 192 "
