@@ -31,11 +31,19 @@
 #define MIN_TENSOR_BYTES 24u     /* name len (8) + n_dims (4) + type (4) + offset (8) */
 #define MAX_KEY_LEN 65535u       /* spec limit for keys (§1.2) */
 
-/* Names -> record index, open addressing; also how duplicates are found. */
+/* A name and its record's index. */
+typedef struct name_ref {
+    const char *name;
+    uint64_t i;
+} name_ref;
+
+/* Names -> record index: the names sorted, searched by bisection; adjacent
+ * equal names after sorting are the duplicates.  Sorting rather than
+ * hashing: a hostile file cannot make every name collide, so open stays
+ * O(n log n) in the record count (up to file size / 14). */
 typedef struct name_index {
-    char **names;     /* owned NUL-terminated copies, one per record */
-    uint64_t *slots;  /* record index + 1; 0 = empty */
-    uint64_t mask;    /* slot count - 1 (a power of two >= 2 * records) */
+    char **names;     /* owned NUL-terminated copies, by record index */
+    name_ref *sorted; /* filled by index_sort */
 } name_index;
 
 struct gguf {
@@ -74,23 +82,11 @@ size_t gguf_vtype_size(uint32_t t)
 
 /* ---- name index ------------------------------------------------------ */
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    return h;
-}
-
 static int index_init(name_index *ix, uint64_t n)
 {
-    uint64_t cap = 16;
-    while (cap < 2 * n)
-        cap *= 2;
     ix->names = calloc(n ? n : 1, sizeof *ix->names);
-    ix->slots = calloc(cap, sizeof *ix->slots);
-    ix->mask = cap - 1;
-    return ix->names && ix->slots ? 0 : STRATA_E_NOMEM;
+    ix->sorted = calloc(n ? n : 1, sizeof *ix->sorted);
+    return ix->names && ix->sorted ? 0 : STRATA_E_NOMEM;
 }
 
 static void index_free(name_index *ix, uint64_t n)
@@ -99,22 +95,46 @@ static void index_free(name_index *ix, uint64_t n)
         for (uint64_t i = 0; i < n; i++)
             free(ix->names[i]);
     free(ix->names);
-    free(ix->slots);
+    free(ix->sorted);
 }
 
-/* Index of `name`, or -1.  On a miss *slot is where it would go. */
-static int64_t index_find(const name_index *ix, const char *name, uint64_t *slot)
+static int by_name(const void *a, const void *b)
 {
-    uint64_t s = name_hash(name) & ix->mask;
-    while (ix->slots[s]) {
-        uint64_t i = ix->slots[s] - 1;
-        if (!strcmp(ix->names[i], name))
-            return (int64_t)i;
-        s = (s + 1) & ix->mask;
+    const name_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c || x->i == y->i)
+        return c;
+    return x->i < y->i ? -1 : 1;
+}
+
+static int name_only(const void *a, const void *b)
+{
+    return strcmp(((const name_ref *)a)->name, ((const name_ref *)b)->name);
+}
+
+/* Sort the n names; if two are equal, return 1 with their indices (the
+ * lowest such pair in sorted order) in *first, *second. */
+static int index_sort(name_index *ix, uint64_t n, uint64_t *first, uint64_t *second)
+{
+    for (uint64_t i = 0; i < n; i++)
+        ix->sorted[i] = (name_ref){ix->names[i], i};
+    qsort(ix->sorted, n, sizeof *ix->sorted, by_name);
+    for (uint64_t k = 1; k < n; k++) {
+        if (!strcmp(ix->sorted[k - 1].name, ix->sorted[k].name)) {
+            *first = ix->sorted[k - 1].i;
+            *second = ix->sorted[k].i;
+            return 1;
+        }
     }
-    if (slot)
-        *slot = s;
-    return -1;
+    return 0;
+}
+
+/* Index of `name` among n sorted names, or -1. */
+static int64_t index_find(const name_index *ix, uint64_t n, const char *name)
+{
+    name_ref key = {name, 0};
+    const name_ref *r = n ? bsearch(&key, ix->sorted, n, sizeof key, name_only) : NULL;
+    return r ? (int64_t)r->i : -1;
 }
 
 /* ---- bounds-checked cursor (§1.4 item 1) ------------------------------ */
@@ -295,18 +315,16 @@ static int read_kvs(gguf *g, cursor *c)
         g->kv_names.names[i] = key;
         g->kv[i].key = key;
         snprintf(ctx, sizeof ctx, "key '%.64s'%s", key, k.len > 64 ? "..." : "");
-        uint64_t slot;
-        int64_t prev = index_find(&g->kv_names, key, &slot);
-        /* §1.4 item 6: a duplicate key makes lookups ambiguous. */
-        if (prev >= 0)
-            return strata_err(c->err, STRATA_E_FORMAT,
-                              "%s: %s: duplicate key (kv[%" PRId64 "] and kv[%" PRIu64 "])",
-                              c->file, ctx, prev, i);
-        g->kv_names.slots[slot] = i + 1;
         if ((rc = cur_u32(c, &g->kv[i].type, ctx, "value type")) ||
             (rc = read_value(c, &g->kv[i], ctx)))
             return rc;
     }
+    /* §1.4 item 6: a duplicate key makes lookups ambiguous. */
+    uint64_t a, b;
+    if (index_sort(&g->kv_names, g->n_kv, &a, &b))
+        return strata_err(c->err, STRATA_E_FORMAT,
+                          "%s: key '%.64s': duplicate key (kv[%" PRIu64 "] and kv[%" PRIu64 "])",
+                          c->file, g->kv[a].key, a, b);
     return 0;
 }
 
@@ -411,13 +429,6 @@ static int read_tensor(gguf *g, cursor *c, uint64_t i)
     g->tensor_names.names[i] = name;
     t->name = name;
     snprintf(ctx, sizeof ctx, "tensor '%s'", name);
-    uint64_t slot;
-    int64_t prev = index_find(&g->tensor_names, name, &slot);
-    if (prev >= 0) /* §1.4 item 6 */
-        return strata_err(c->err, STRATA_E_FORMAT,
-                          "%s: %s: duplicate tensor name (tensor[%" PRId64 "] and tensor[%" PRIu64
-                          "])", c->file, ctx, prev, i);
-    g->tensor_names.slots[slot] = i + 1;
     if ((rc = read_shape(c, t, ctx)) || (rc = cur_u32(c, &t->type, ctx, "type")) ||
         (rc = tensor_size(c, t, ctx)) || (rc = cur_u64(c, &t->offset, ctx, "offset")))
         return rc;
@@ -534,7 +545,7 @@ static int read_header(gguf *g, cursor *c)
     if ((rc = cur_u32(c, &g->version, "", "version")))
         return rc;
     /* §1.4 item 8: a byte-swapped (big-endian) file reads as v << 24. */
-    if ((g->version & 0xFFFF) == 0)
+    if (g->version != 0 && (g->version & 0xFFFF) == 0)
         return strata_err(c->err, STRATA_E_UNSUPPORTED,
                           "%s: version = 0x%08x (a byte-swapped, big-endian GGUF; only "
                           "little-endian files are supported)", c->file, g->version);
@@ -574,6 +585,11 @@ static int parse(gguf *g, strata_error *err)
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((rc = read_tensor(g, &c, i)))
             return rc;
+    uint64_t a, b; /* §1.4 item 6: the loader finds tensors by name */
+    if (index_sort(&g->tensor_names, g->n_tensors, &a, &b))
+        return strata_err(err, STRATA_E_FORMAT,
+                          "%s: tensor '%s': duplicate tensor name (tensor[%" PRIu64
+                          "] and tensor[%" PRIu64 "])", g->path, g->tensors[a].name, a, b);
     g->data_offset = align_up(c.pos, g->alignment);
     return check_placement(g, err);
 }
@@ -688,13 +704,13 @@ const gguf_tensor *gguf_tensor_at(const gguf *g, uint64_t i)
 
 const gguf_kv *gguf_find_kv(const gguf *g, const char *key)
 {
-    int64_t i = index_find(&g->kv_names, key, NULL);
+    int64_t i = index_find(&g->kv_names, g->n_kv, key);
     return i >= 0 ? &g->kv[i] : NULL;
 }
 
 const gguf_tensor *gguf_find_tensor(const gguf *g, const char *name)
 {
-    int64_t i = index_find(&g->tensor_names, name, NULL);
+    int64_t i = index_find(&g->tensor_names, g->n_tensors, name);
     return i >= 0 ? &g->tensors[i] : NULL;
 }
 

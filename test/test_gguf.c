@@ -221,6 +221,14 @@ START_TEST(version_4_unknown)
 }
 END_TEST
 
+START_TEST(version_0_invalid)
+{
+    fspec s = spec_valid();
+    s.version = 0;
+    expect_spec_fail(&s, STRATA_E_UNSUPPORTED, "version = 0 (supported: 2 and 3", NULL);
+}
+END_TEST
+
 START_TEST(version_byte_swapped)
 {
     fspec s = spec_valid();
@@ -275,6 +283,21 @@ START_TEST(key_empty)
     put(&s.extra_kv, "\1", 1);
     s.n_extra_kv = 1;
     expect_spec_fail(&s, STRATA_E_FORMAT, "kv[2]: key length = 0", NULL);
+}
+END_TEST
+
+/* 20000 keys, one duplicated at the very end: found, named, and fast. */
+START_TEST(many_keys_duplicate_last)
+{
+    fspec s = spec_valid();
+    char key[32];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(key, sizeof key, "k.%05d", i);
+        put_kv_u32(&s.extra_kv, key, (uint32_t)i + 1);
+    }
+    put_kv_u32(&s.extra_kv, "k.00007", 1);
+    s.n_extra_kv = 20001;
+    expect_spec_fail(&s, STRATA_E_FORMAT, "key 'k.00007': duplicate key", "kv[20002]");
 }
 END_TEST
 
@@ -1069,12 +1092,14 @@ static Suite *gguf_suite(void)
     tcase_add_test(tc, bad_magic);
     tcase_add_test(tc, version_1_obsolete);
     tcase_add_test(tc, version_4_unknown);
+    tcase_add_test(tc, version_0_invalid);
     tcase_add_test(tc, version_byte_swapped);
     tcase_add_test(tc, kv_count_too_large);
     tcase_add_test(tc, tensor_count_too_large);
     tcase_add_test(tc, header_truncated);
     tcase_add_test(tc, key_length_past_end);
     tcase_add_test(tc, key_empty);
+    tcase_add_test(tc, many_keys_duplicate_last);
     tcase_add_test(tc, key_not_printable);
     tcase_add_test(tc, key_duplicate);
     tcase_add_test(tc, value_type_unknown);
