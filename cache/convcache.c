@@ -58,6 +58,7 @@ struct convcache {
     int n_stages;
     size_t max_bytes;
     int max_images;
+    int skip_checksums;
     convcache_allocator al;
 
     size_t bytes_used;                /* live spans' bytes */
@@ -265,6 +266,7 @@ convcache *convcache_new(const convcache_config *cfg, strata_error *err)
     c->n_stages = cfg->n_stages;
     c->max_bytes = cfg->max_bytes;
     c->max_images = cfg->max_images;
+    c->skip_checksums = cfg->skip_checksums != 0;
     c->al = cfg->allocator;
     if (!c->al.alloc) {
         c->al.alloc = default_alloc;
@@ -576,7 +578,8 @@ int32_t convcache_capture_first_token(const convcache_capture *cap)
 
 void convcache_capture_seal(convcache_capture *cap, int stage)
 {
-    if (cap && stage >= 0 && stage < cap->img->owner->n_stages)
+    if (cap && stage >= 0 && stage < cap->img->owner->n_stages &&
+        !cap->img->owner->skip_checksums)
         span_seal(cap->fresh, stage);
 }
 
@@ -597,7 +600,7 @@ int convcache_commit(convcache *c, convcache_capture *cap,
     if (!c || !cap || cap->img->owner != c)
         return strata_err(err, STRATA_E_ARG,
                           "conversation cache: commit of an unknown capture");
-    for (int i = 0; i < c->n_stages; i++)
+    for (int i = 0; i < c->n_stages && !c->skip_checksums; i++)
         if (!cap->fresh->part[i].sealed)
             span_seal(cap->fresh, i);
     capture_unlink(c, cap);
@@ -683,6 +686,9 @@ int convcache_verify(const convcache_image *img, int stage, strata_error *err)
     if (!img || stage < -1 || stage >= img->owner->n_stages)
         return strata_err(err, STRATA_E_ARG,
                           "conversation cache: verify of stage %d", stage);
+    if (img->owner->skip_checksums)
+        return strata_err(err, STRATA_E_UNSUPPORTED,
+                          "conversation cache: checksums are off");
     int first = stage < 0 ? 0 : stage;
     int last = stage < 0 ? img->owner->n_stages - 1 : stage;
     for (int st = first; st <= last; st++)

@@ -63,6 +63,11 @@ typedef struct convcache_config {
     size_t max_bytes;              /* budget of part bytes, > 0 */
     int max_images;                /* budget of images, > 0 */
     convcache_allocator allocator; /* all NULL: malloc / free */
+    /* 1: write no checksums (seal and commit skip the hashing, verify
+     * answers STRATA_E_UNSUPPORTED).  Hashing reads every byte once on the
+     * host (XXH64 runs at about host memory speed per core): release
+     * builds may skip it if the bench shows it in the capture time. */
+    int skip_checksums;
 } convcache_config;
 
 typedef struct convcache_stats {
@@ -150,7 +155,8 @@ size_t convcache_image_bytes(const convcache_image *img, int stage);
 
 /* Recompute the checksums of a stage's parts (stage -1: every stage) and
  * compare them with those written at commit: STRATA_E_FORMAT naming the
- * stage and tokens of the first mismatch. */
+ * stage and tokens of the first mismatch; STRATA_E_UNSUPPORTED when the
+ * cache writes no checksums. */
 int convcache_verify(const convcache_image *img, int stage, strata_error *err);
 
 /* ---- accounting --------------------------------------------------------- */

@@ -488,6 +488,14 @@ START_TEST(checksum_detects_flipped_byte)
     ck_assert_msg(strstr(err.msg, "stage 2, tokens 30..40") != NULL, "%s", err.msg);
     ck_assert_int_eq(convcache_verify(a, -1, &err), 0);
     convcache_free(c);
+
+    /* Checksums switched off: verify says so rather than passing. */
+    convcache_config cfg = {.n_stages = 1, .max_bytes = 1 << 20,
+                            .max_images = 4, .skip_checksums = 1};
+    c = convcache_new(&cfg, &err);
+    ck_assert_int_eq(capture(c, 1, t, 30, NULL, &a, &err), 0);
+    ck_assert_int_eq(convcache_verify(a, -1, &err), STRATA_E_UNSUPPORTED);
+    convcache_free(c);
 }
 END_TEST
 
