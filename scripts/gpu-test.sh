@@ -17,6 +17,8 @@ if ! pkg-config --exists check 2>/dev/null; then
     for f in .deps/*.deb; do dpkg -x "$f" "$prefix"; done
     args+=(CHECK_PREFIX="$prefix")
 fi
+model=$(scripts/gpu-model.sh || true)
+if [ -n "$model" ]; then export STRATA_MODEL="$model"; echo "demo model: $model"; else echo "demo model: absent (its tests skip)"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "== build"
 if ! make -j"$(nproc)" "${args[@]}" all "$BUILD/strata-tests" >"$OUT/build.log" 2>&1; then
