@@ -29,11 +29,12 @@ make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | grep -v '^SKIP' | tail -n 60
 rc=${PIPESTATUS[0]}
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck; do
-        echo "== compute-sanitizer --tool $tool (GPU suites)"
-        CK_FORK=no CK_RUN_SUITE="${GPU_SUITES:-cuda}" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
-            compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/strata-tests" \
-            >"$OUT/sanitizer-$tool.log" 2>&1
-        echo "$tool exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1)"
+        for suite in ${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention}; do
+            CK_FORK=no CK_RUN_SUITE="$suite" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
+                timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/strata-tests" \
+                >"$OUT/sanitizer-$tool-$suite.log" 2>&1
+            echo "compute-sanitizer $tool $suite: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$suite.log" | tail -n 1)"
+        done
     done
 fi
 exit "$rc"
