@@ -1,0 +1,156 @@
+/* scheduler.h: many requests, one engine — batch slots and a thread-safe
+ * in-process request API.
+ *
+ * An engine is driven by one thread (strata.h).  The scheduler owns that
+ * thread: any number of threads submit requests, and the orchestration
+ * thread runs them through the engine's n_slots batch slots:
+ *
+ *   - requests wait in a FIFO queue; a free slot admits the next one;
+ *   - an admitted prompt is read in chunks of at most `chunk` tokens, one
+ *     chunk per scheduling step, and between two chunks every decoding slot
+ *     takes its step (strata_decode_batch, one token each), so a long prompt
+ *     slows the others down instead of stopping them;
+ *   - a finished or cancelled request frees its slot at the next step.
+ *
+ * Each slot keeps one strata_seq for the scheduler's life (reset on reuse:
+ * the engine sized its KV pool for n_slots x n_ctx) and a sampler seeded
+ * from its request.  Because the engine computes each row alike alone and in
+ * a batch, and alike in any prefill chunking, a greedy request produces
+ * exactly the tokens it would produce alone.
+ *
+ * Tokens reach the caller one of two ways: through the request's on_token
+ * callback (run on the orchestration thread, so it must be quick; a non-zero
+ * return cancels the request), or, without a callback, through a queue in
+ * the handle read with sched_next() from any thread.
+ *
+ * Not implemented: --batch-groups (slots flowing through the stages of a
+ * layer split as a pipeline of groups).  It needs asynchronous per-stage
+ * execution (GPU stages with their own streams); on the CPU the stages run
+ * one after another and grouping cannot overlap anything.  doc/scheduler.md
+ * says where it would go. */
+#ifndef STRATA_SCHEDULER_H
+#define STRATA_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sample.h"
+#include "engine/strata.h"
+#include "model/chat.h"
+
+typedef struct strata_sched strata_sched;
+typedef struct sched_handle sched_handle;
+
+/* What happened in one scheduling step (for tests and tracing): called on
+ * the orchestration thread after the step. */
+typedef struct sched_step {
+    uint64_t step;          /* 0, 1, 2, ... */
+    uint64_t prefill_id;    /* request whose prompt chunk was read, or 0 */
+    int prefill_tokens;     /* tokens of that chunk */
+    int n_decode;           /* slots that took a decode step */
+    int n_active;           /* slots holding a request after the step */
+    int n_queued;           /* requests waiting for a slot */
+} sched_step;
+
+typedef struct sched_params {
+    int n_slots;            /* 0: all the engine's slots; fewer: only these
+                             * (1 serializes requests: a baseline for bench) */
+    int chunk;              /* prompt tokens per step; 0: the engine's n_chunk */
+    const char *chat_template; /* format name overriding the model's, or NULL */
+    void (*on_step)(const sched_step *s, void *user);
+    void *step_user;
+} sched_params;
+
+sched_params sched_params_default(void);
+
+/* Start the orchestration thread on e (which it then owns: no other thread
+ * may use e until sched_free).  NULL with err on failure. */
+strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *err);
+/* Cancel every queued and running request (they finish as cancelled), join
+ * the thread and free the slots.  Handles stay valid until
+ * sched_handle_free.  NULL ok. */
+void sched_free(strata_sched *s);
+int sched_n_slots(const strata_sched *s);
+
+/* Called with each generated token (never the stop token) and the complete
+ * UTF-8 text it finishes (possibly empty; the bytes of a character split
+ * over tokens come with the token that completes it).  Runs on the
+ * orchestration thread; a non-zero return cancels the request.  When a
+ * request ends (by stop or length) with bytes of an unfinished character
+ * pending, one last call brings them with tok = -1 (as U+FFFD). */
+typedef int (*sched_token_fn)(int32_t tok, const char *text, size_t len, void *user);
+
+typedef struct sched_request {
+    /* Either messages (rendered with the model's chat format, plus the
+     * assistant's generation prompt) ... */
+    const chat_msg *messages;
+    size_t n_messages;
+    /* ... or token ids, used as given (messages win when both are set). */
+    const int32_t *tokens;
+    int n_tokens;
+    sampler_params sampling;
+    int max_tokens;         /* <= 0: until a stop token or the context is full */
+    int ignore_stop;        /* 1: a stop token is emitted like any other
+                             * (benchmarks that want exactly max_tokens) */
+    sched_token_fn on_token; /* NULL: tokens queue in the handle (sched_next) */
+    void *user;
+} sched_request;
+
+/* A request with sampler_defaults() and nothing else set. */
+sched_request sched_request_default(void);
+
+/* Queue a request.  The request (messages, tokens) is copied: the caller's
+ * memory may go once this returns.  Errors found here (empty or too long
+ * prompt, no chat format, scheduler shut down) return a negative code and
+ * no handle.  Thread-safe. */
+int sched_submit(strata_sched *s, const sched_request *req, sched_handle **out,
+                 strata_error *err);
+
+/* Ask the request to stop.  A queued request leaves the queue, a running one
+ * frees its slot at the next step; either finishes as cancelled (unless it
+ * finished first).  Thread-safe, any number of times. */
+void sched_cancel(sched_handle *h);
+
+enum {
+    SCHED_TIMEOUT = 1,      /* sched_next: no token within the timeout */
+};
+
+/* Queue mode: the next token.  Returns 1 with *tok, 0 when the request has
+ * finished and every token has been read, SCHED_TIMEOUT when none came
+ * within timeout_s seconds (< 0: wait as long as it takes; 0: poll).  A
+ * request with a callback has no queue: returns 0 once it is done. */
+int sched_next(sched_handle *h, int32_t *tok, double timeout_s);
+
+enum sched_finish {
+    SCHED_FINISH_NONE = 0,  /* still running */
+    SCHED_FINISH_STOP,      /* the model sampled a stop token */
+    SCHED_FINISH_LENGTH,    /* max_tokens, or the context is full */
+    SCHED_FINISH_CANCELLED, /* sched_cancel, callback, or sched_free */
+    SCHED_FINISH_ERROR,     /* result.err says what */
+};
+const char *sched_finish_name(int finish);
+
+typedef struct sched_result {
+    int finish;             /* enum sched_finish */
+    uint64_t id;
+    int n_prompt, n_gen;    /* prompt tokens read, tokens generated */
+    int32_t stop_token;     /* sampled stop token (not fed), or -1 */
+    int slot;               /* slot it ran in, or -1 if never admitted */
+    /* Seconds from submission: */
+    double t_admit;         /* a slot took it (queue wait) */
+    double t_first;         /* first token: the time to first token */
+    double t_done;          /* finished */
+    double decode_tps;      /* (n_gen - 1) / (t_done - t_first); 0 if n_gen < 2 */
+    strata_error err;       /* finish == SCHED_FINISH_ERROR */
+} sched_result;
+
+/* Wait for the request to finish; fill *r (may be NULL).  Returns 0, or the
+ * error code when it finished with an error.  Thread-safe. */
+int sched_wait(sched_handle *h, sched_result *r);
+uint64_t sched_handle_id(const sched_handle *h); /* 1, 2, ... in submit order */
+
+/* Drop the caller's reference; a request still running is cancelled.
+ * NULL ok.  The handle must not be used by another thread meanwhile. */
+void sched_handle_free(sched_handle *h);
+
+#endif
