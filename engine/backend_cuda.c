@@ -29,6 +29,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "model/quant.h"
+#include "sample.h"
 
 #define MAX_GRAPH_ROWS 64
 
@@ -70,6 +71,8 @@ typedef struct cuda_engine {
     uint64_t total_bytes;
     int peer_ok;                 /* all consecutive cross-card pairs have peer access */
     float *h_logits;             /* pinned, max_rows x n_vocab */
+    float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
+    int32_t *h_next, *d_next;    /* [max_rows] sampled ids */
 } cuda_engine;
 
 /* ---- availability, allocation --------------------------------------------- */
@@ -383,6 +386,14 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
     }
     CUDA_CHECK(err, cudaMallocHost((void **)&ce->h_logits,
                                    (size_t)ce->max_rows * e->m->hp.n_vocab * sizeof(float)));
+    CUDA_CHECK(err, cudaMallocHost((void **)&ce->h_uniform, (size_t)ce->max_rows * 4));
+    CUDA_CHECK(err, cudaMallocHost((void **)&ce->h_next, (size_t)ce->max_rows * 4));
+    int last_dev = e->stages[e->n_stages - 1].device;
+    CUDA_CHECK(err, cudaSetDevice(last_dev));
+    int rc = dmalloc((void **)&ce->d_uniform, (size_t)ce->max_rows * 4, last_dev, "sampling", err);
+    rc = rc ? rc : dmalloc((void **)&ce->d_next, (size_t)ce->max_rows * 4, last_dev, "sampling", err);
+    if (rc)
+        return rc;
     if (!e->p.quiet) {
         fprintf(stderr, "strata: %.1f MiB of weights on the card%s", ce->total_bytes / 1048576.0,
                 e->n_stages > 1 ? "s" : "");
@@ -449,8 +460,18 @@ void cuda_engine_free(strata_engine *e)
         e->stages[i].cuda = NULL;
     }
     cuda_engine *ce = e->cuda;
-    if (ce && ce->h_logits)
-        cudaFreeHost(ce->h_logits);
+    if (ce) {
+        if (ce->h_logits)
+            cudaFreeHost(ce->h_logits);
+        if (ce->h_uniform)
+            cudaFreeHost(ce->h_uniform);
+        if (ce->h_next)
+            cudaFreeHost(ce->h_next);
+        if (ce->d_uniform)
+            cudaFree(ce->d_uniform);
+        if (ce->d_next)
+            cudaFree(ce->d_next);
+    }
     free(ce);
     e->cuda = NULL;
 }
@@ -663,26 +684,36 @@ static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, int n, strata_e
     return 0;
 }
 
-int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
-                 strata_error *err)
+/* Run every stage for the rows; the last stage's logits stay on its card. */
+static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, call *c,
+                      strata_error *err)
 {
     cuda_engine *ce = e->cuda;
     if (n > ce->max_rows)
         return strata_err(err, STRATA_E_ARG, "forward: %d rows > %d", n, ce->max_rows);
-    call c = {n, decode, decode ? n : 1, decode ? 1 : n, n};
+    *c = (call){n, decode, decode ? n : 1, decode ? 1 : n, n};
     for (int r = n - 1; r >= 0; r--)
         if (rows[r].logits >= 0)
-            c.first = r;
+            c->first = r;
     int rc = 0;
     for (int si = 0; si < e->n_stages && !rc; si++) {
         stage *st = &e->stages[si];
         cuda_stage *cs = st->cuda;
         CUDA_CHECK(err, cudaSetDevice(cs->dev));
-        rc = stage_inputs(e, st, cs, rows, &c, err);
+        rc = stage_inputs(e, st, cs, rows, c, err);
         if (!rc && si > 0)
             rc = cross(e, e->stages[si - 1].cuda, cs, n, err);
-        rc = rc ? rc : stage_run(e, st, cs, &c, err);
+        rc = rc ? rc : stage_run(e, st, cs, c, err);
     }
+    return rc;
+}
+
+int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
+                 strata_error *err)
+{
+    cuda_engine *ce = e->cuda;
+    call c;
+    int rc = run_stages(e, rows, n, decode, &c, err);
     if (rc)
         return rc;
     cuda_stage *last = e->stages[e->n_stages - 1].cuda;
@@ -697,6 +728,54 @@ int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float
         if (rows[r].logits >= 0)
             memcpy(logits + (size_t)rows[r].logits * V, ce->h_logits + (size_t)(r - first) * V,
                    (size_t)V * 4);
+    return 0;
+}
+
+int cuda_can_sample(const sampler_params *p)
+{
+    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0)
+        return 0; /* the penalty needs the history: host path */
+    return p->temp <= 0.0f || (p->top_k >= 1 && p->top_k <= CUDA_SAMPLE_MAX_K);
+}
+
+static int same_params(const sampler_params *a, const sampler_params *b)
+{
+    return a->temp == b->temp && a->top_k == b->top_k && a->top_p == b->top_p &&
+           a->min_p == b->min_p;
+}
+
+int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
+                        const sampler_params *const *params, const float *uniform, int32_t *next,
+                        strata_error *err)
+{
+    cuda_engine *ce = e->cuda;
+    call c;
+    int rc = run_stages(e, rows, n, 1, &c, err);
+    if (rc)
+        return rc;
+    cuda_stage *last = e->stages[e->n_stages - 1].cuda;
+    int64_t V = e->m->hp.n_vocab;
+    CUDA_CHECK(err, cudaSetDevice(last->dev));
+    memcpy(ce->h_uniform, uniform, (size_t)n * sizeof(float));
+    CUDA_CHECK(err, cudaMemcpyAsync(ce->d_uniform, ce->h_uniform, (size_t)n * 4,
+                                    cudaMemcpyHostToDevice, last->compute));
+    /* Rows sharing their parameters are sampled in one launch. */
+    for (int r0 = 0; r0 < n && !rc;) {
+        int r1 = r0 + 1;
+        while (r1 < n && same_params(params[r1], params[r0]))
+            r1++;
+        cuda_sample_params sp = {params[r0]->temp, params[r0]->top_k, params[r0]->top_p,
+                                 params[r0]->min_p};
+        rc = cuda_sample(last->logits + (size_t)r0 * V, r1 - r0, V, V, &sp, ce->d_uniform + r0,
+                         ce->d_next + r0, last->compute, err);
+        r0 = r1;
+    }
+    if (rc)
+        return rc;
+    CUDA_CHECK(err, cudaMemcpyAsync(ce->h_next, ce->d_next, (size_t)n * 4, cudaMemcpyDeviceToHost,
+                                    last->compute));
+    CUDA_CHECK(err, cudaStreamSynchronize(last->compute));
+    memcpy(next, ce->h_next, (size_t)n * sizeof(int32_t));
     return 0;
 }
 #else

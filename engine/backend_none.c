@@ -50,6 +50,25 @@ int cuda_seq_sync_pages(strata_engine *e, strata_seq *s, strata_error *err)
     return 0;
 }
 
+int cuda_can_sample(const struct sampler_params *p)
+{
+    (void)p;
+    return 0;
+}
+
+int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
+                        const struct sampler_params *const *params, const float *uniform,
+                        int32_t *next, strata_error *err)
+{
+    (void)e;
+    (void)rows;
+    (void)n;
+    (void)params;
+    (void)uniform;
+    (void)next;
+    return strata_err(err, STRATA_E_UNSUPPORTED, "built without CUDA");
+}
+
 void cuda_seq_free(strata_engine *e, strata_seq *s)
 {
     (void)e;

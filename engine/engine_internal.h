@@ -63,6 +63,13 @@ struct strata_seq {
  * alone, in a batch, and in any chunking (the invariance rule). */
 int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
                 strata_error *err);
+/* Sampling on the card after a decode forward: row i uses params[i] and,
+ * for temp > 0, the uniform number uniform[i]; ids land in next. */
+struct sampler_params;
+int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
+                        const struct sampler_params *const *params, const float *uniform,
+                        int32_t *next, strata_error *err);
+int cuda_can_sample(const struct sampler_params *p);
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err);
 void cpu_scratch_free(cpu_scratch *s);
 

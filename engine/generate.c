@@ -33,14 +33,17 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
     st->n_prompt = n_prompt;
     st->t_prompt = strata_now() - t0;
     t0 = strata_now();
+    /* The first token comes from the prompt's logits; every later one from a
+     * decode step that samples on the card when it can (only ids cross). */
+    int32_t tok = -1;
+    if (!rc) {
+        tok = sampler_sample(smp, logits, V, strata_seq_tokens(s), strata_seq_len(s));
+        if (tok < 0)
+            rc = strata_err(err, STRATA_E_NOMEM, "sampler: out of memory");
+    }
     while (!rc && (max_new < 0 || st->n_gen < max_new)) {
         if (cancel && *cancel) {
             st->cancelled = 1;
-            break;
-        }
-        int32_t tok = sampler_sample(smp, logits, V, strata_seq_tokens(s), strata_seq_len(s));
-        if (tok < 0) {
-            rc = strata_err(err, STRATA_E_NOMEM, "sampler: out of memory");
             break;
         }
         if (tokenizer_is_stop(strata_tokenizer(e), tok)) {
@@ -48,14 +51,21 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
             break;
         }
         st->n_gen++;
-        if (cb && cb(tok, user))
+        /* A token the caller has seen belongs to the history even when the
+         * answer ends here (limit or caller stop), so a chat's next turn
+         * continues after it. */
+        if ((cb && cb(tok, user)) || (max_new >= 0 && st->n_gen >= max_new)) {
+            rc = strata_seq_feed(s, &tok, 1, NULL, NULL, err);
             break;
+        }
         if (strata_seq_len(s) + 1 > strata_n_ctx(e)) {
             rc = strata_err(err, STRATA_E_LIMIT, "context full after %d tokens (raise -c)",
                             strata_seq_len(s));
             break;
         }
-        rc = strata_seq_decode(s, tok, logits, err);
+        int32_t next;
+        rc = strata_decode_batch_sample(&s, &tok, 1, &smp, &next, err);
+        tok = next;
     }
     st->t_gen = strata_now() - t0;
     free(logits);

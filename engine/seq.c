@@ -4,6 +4,7 @@
 
 #include "backend_cuda.h"
 #include "engine_internal.h"
+#include "sample.h"
 
 strata_seq *strata_seq_new(strata_engine *e, strata_error *err)
 {
@@ -122,15 +123,13 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
     return 0;
 }
 
-int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
-                        strata_error *err)
+/* Append one token to each sequence and fill the rows of a decode step. */
+static int decode_rows(strata_seq **seqs, const int32_t *tokens, int n, fwd_row *rows,
+                       strata_error *err)
 {
-    if (n <= 0)
-        return 0;
     strata_engine *e = seqs[0]->e;
     if (n > e->max_rows)
         return strata_err(err, STRATA_E_ARG, "decode batch of %d > %d rows", n, e->max_rows);
-    fwd_row rows[n];
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= e->m->hp.n_vocab)
             return strata_err(err, STRATA_E_ARG, "token id %d is outside the vocabulary (%d)",
@@ -140,20 +139,75 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
             if (seqs[j] == seqs[i])
                 return strata_err(err, STRATA_E_ARG, "sequence appears twice in a decode batch");
         int rc = seq_grow(seqs[i], &tokens[i], 1, err);
-        if (rc) {
-            for (int j = 0; j < i; j++)
-                strata_seq_truncate(seqs[j], seqs[j]->n_tokens);
+        if (rc)
             return rc;
-        }
         rows[i] = (fwd_row){seqs[i], tokens[i], seqs[i]->n_tokens, i};
     }
-    int rc = forward(e, rows, n, 1, logits, err);
+    return 0;
+}
+
+/* After the step: the new tokens join the history, or (on failure) leave. */
+static void decode_commit(strata_seq **seqs, int n, int ok)
+{
     for (int i = 0; i < n; i++) {
-        if (!rc)
+        if (ok)
             seqs[i]->n_tokens++;
         else
             strata_seq_truncate(seqs[i], seqs[i]->n_tokens);
     }
+}
+
+int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
+                        strata_error *err)
+{
+    if (n <= 0)
+        return 0;
+    fwd_row rows[n];
+    int rc = decode_rows(seqs, tokens, n, rows, err);
+    if (!rc)
+        rc = forward(seqs[0]->e, rows, n, 1, logits, err);
+    decode_commit(seqs, n, rc == 0);
+    return rc;
+}
+
+int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n, sampler **smp,
+                               int32_t *next, strata_error *err)
+{
+    if (n <= 0)
+        return 0;
+    strata_engine *e = seqs[0]->e;
+    int on_card = e->backend == STRATA_BACKEND_CUDA;
+    for (int i = 0; i < n && on_card; i++)
+        on_card = cuda_can_sample(&smp[i]->p);
+    fwd_row rows[n];
+    int rc = decode_rows(seqs, tokens, n, rows, err);
+    if (!rc && on_card) {
+        const sampler_params *params[n];
+        float uniform[n];
+        for (int i = 0; i < n; i++) {
+            params[i] = &smp[i]->p;
+            /* The host generator stays the one source of randomness, drawn
+             * exactly when the host sampler would draw. */
+            uniform[i] = smp[i]->p.temp > 0.0f ? sampler_uniform(smp[i]) : 0.0f;
+        }
+        rc = forward_cuda_sample(e, rows, n, params, uniform, next, err);
+    } else if (!rc) {
+        int V = e->m->hp.n_vocab;
+        float *logits = malloc((size_t)n * V * sizeof *logits);
+        if (!logits)
+            rc = strata_err(err, STRATA_E_NOMEM, "out of memory");
+        if (!rc)
+            rc = forward(e, rows, n, 1, logits, err);
+        for (int i = 0; i < n && !rc; i++) {
+            /* history includes the token just fed, as in strata_generate */
+            seqs[i]->n_tokens++;
+            next[i] = sampler_sample(smp[i], logits + (size_t)i * V, V, seqs[i]->tokens,
+                                     seqs[i]->n_tokens);
+            seqs[i]->n_tokens--;
+        }
+        free(logits);
+    }
+    decode_commit(seqs, n, rc == 0);
     return rc;
 }
 

@@ -79,6 +79,15 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
  * read of the weights; each row's arithmetic is the same as alone. */
 int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *logits,
                         strata_error *err);
+/* A decode step that also picks each sequence's next token with its
+ * sampler (engine/sample.h): tokens[i] is appended to seqs[i] and next[i]
+ * receives the sampled id.  On the CUDA backend the choice is made on the
+ * card and only the ids cross to the host (the repetition penalty, or top-k
+ * off / above 256, fall back to host sampling of copied logits). */
+struct sampler;
+int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n,
+                               struct sampler **smp, int32_t *next, strata_error *err);
+
 /* strata_decode_batch for one sequence: how generated tokens are read, so a
  * conversation decodes with the same kernels alone and in a batch. */
 int strata_seq_decode(strata_seq *s, int32_t token, float *logits, strata_error *err);
