@@ -18,12 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "engine/generate.h"
 #include "engine/scheduler.h"
 #include "model/tokenizer.h"
 #include "options.h"
-
-int bench_clients(int argc, char **argv);
 
 typedef struct bc_conf {
     int clients, rounds, prompt_tokens, gen_tokens, json;
