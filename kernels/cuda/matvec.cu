@@ -1,0 +1,263 @@
+/* matvec.cu: decode, y[n x rows] = x[n x cols] W^T for n = 1..8 tokens.
+ *
+ * Bytes first: at n = 1 the weights are all the traffic (IQ3_XXS 131072 x
+ * 4096: 205 MB, 45 us at the 4540 GB/s this H200 reads), so the kernel is a
+ * stream of 16-byte copies of the tile layout (wtile.cuh) decoded in
+ * registers and fed to integer tensor-core mmas whose 8 columns are the (up
+ * to) 8 tokens: n = 2..8 costs the same instructions as n = 1.
+ *
+ * Layout of the work.  One block per SM (16 warps, 512 threads); a warp owns
+ * a 16-row m-tile, a block a 256-row row-block.  Each warp keeps its next D
+ * tiles in flight with cp.async into a private shared-memory ring (run_tiles_
+ * ring): Little's law wants ~70 KiB in flight per SM, more than registers can
+ * hold beside the decoders.  The k-tiles are cut into nseg segments
+ * (wt::plan_make: a function of rows and cols only): 1 for tall matrices, up
+ * to 8 for short ones (4096 x 14336: 8), so that ~2048 warps have work.  With
+ * nseg > 1 the nseg blocks of one row-block form a thread-block cluster; each
+ * computes its segment's partial sums and the cluster adds them in segment
+ * order through distributed shared memory: no atomics, no scratch, no second
+ * launch.  Blocks are persistent (one wave looping over row-blocks), so the
+ * activation quantization and the IQ3_XXS tables are built once per block.
+ *
+ * The activations live in shared memory for the whole kernel: int8 with the
+ * block scales and sums (fp16 for F16 weights), padded so the B-fragment
+ * loads are conflict-free.  Measured numbers and what limits them:
+ * doc/cuda-kernels.md. */
+#include <cooperative_groups.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/wtile.cuh"
+
+namespace cg = cooperative_groups;
+using namespace wt;
+
+struct MvArgs {
+    Wsrc ws;
+    const int32_t *expert;
+    size_t expert_bytes;
+    Plan p;
+    MvLayout l;
+    const float *x; /* [n][cols] */
+    float *y;       /* [n][rows] */
+    int n, nrb;
+};
+
+template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    constexpr Geo gm = geo(TYPE);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int seg = blockIdx.y;
+    Wsrc ws = a.ws;
+    if (a.expert)
+        ws.w += (size_t)__ldg(a.expert) * a.expert_bytes;
+    const int t0 = seg * a.p.tps, t1 = min(a.p.ntk, t0 + a.p.tps);
+    const int kb = t0 * gm.kt, klen = (t1 - t0) * gm.kt;
+    const int cols = ws.cols, rows = ws.rows, n = a.n;
+
+    if (TYPE == GGML_TYPE_IQ3_XXS)
+        iq3_tables_init(smem);
+    Act act{};
+    if (gm.i8) {
+        /* x segment -> int8 blocks, one warp per (token, block) */
+        int8_t *xq = (int8_t *)(smem + a.l.off_xq);
+        float *dx = (float *)(smem + a.l.off_dx);
+        int *xs = (int *)(smem + a.l.off_xs);
+        const int nb = klen / gm.xb;
+        for (int grp = warp; grp < MV_COLS * nb; grp += MV_WARPS) {
+            const int c = grp / nb, b = grp - c * nb, k = kb + b * gm.xb;
+            int8_t *dst = xq + c * a.l.xstride + b * gm.xb;
+            if (c < n) {
+                quant_block<gm.xb>(a.x + (size_t)c * cols + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
+                                   xs + b * MV_COLS + c, lane);
+            } else {
+                for (int e = lane; e < gm.xb; e += 32)
+                    dst[e] = 0;
+                if (lane == 0) {
+                    dx[b * MV_COLS + c] = 0.f;
+                    xs[b * MV_COLS + c] = 0;
+                }
+            }
+        }
+        act = Act{xq, dx, xs, nullptr, a.l.xstride, MV_COLS};
+    } else {
+        __half *xh = (__half *)(smem + a.l.off_xq);
+        for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
+            const int c = i / klen, k = i - c * klen;
+            const float v = (c < n && kb + k < cols) ? a.x[(size_t)c * cols + kb + k] : 0.f;
+            xh[c * a.l.xstride + k] = __float2half_rn(v);
+        }
+        act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
+    }
+    __syncthreads();
+
+    int it = 0;
+    for (int rb = blockIdx.x; rb < a.nrb; rb += gridDim.x, ++it) {
+        const int R = rb * MV_WARPS + warp;
+        float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+        if (R < a.p.mt)
+            run_tiles_ring<TYPE>(ws, R, t0, t1, t0, act, acc, smem, smem + a.l.off_ring + warp * a.l.ring_warp,
+                                 lane);
+        if (a.p.nseg == 1) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = R * 16 + g + 8 * (i >> 1), col = 2 * t + (i & 1);
+                if (R < a.p.mt && row < rows && col < n)
+                    a.y[(size_t)col * rows + row] = 0.f + acc[0][i]; /* = ((0 + s0)) as in prefill */
+            }
+        } else {
+#if __CUDA_ARCH__ >= 900
+            cg::cluster_group cluster = cg::this_cluster();
+            float *pb = (float *)(smem + a.l.off_part) + (it & 1) * MV_COLS * BLOCK_ROWS;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                pb[(2 * t + (i & 1)) * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[0][i];
+            cluster.sync();
+            /* this block adds up its share of the row-block's outputs, the
+             * segments in order; the other buffer is free for the next
+             * row-block once every block is past the next cluster.sync() */
+            const int per = (BLOCK_ROWS + a.p.nseg - 1) / a.p.nseg;
+            const int lo = seg * per, hi = min(BLOCK_ROWS, lo + per), span = hi - lo;
+            for (int i = threadIdx.x; span > 0 && i < n * span; i += MV_THREADS) {
+                const int c = i / span, rl = lo + (i - c * span), row = rb * BLOCK_ROWS + rl;
+                if (row < rows) {
+                    float v = 0.f;
+                    for (int s = 0; s < a.p.nseg; ++s)
+                        v += cluster.map_shared_rank(pb, s)[c * BLOCK_ROWS + rl];
+                    a.y[(size_t)c * rows + row] = v;
+                }
+            }
+#endif
+        }
+    }
+#if __CUDA_ARCH__ >= 900
+    if (a.p.nseg > 1)
+        cg::this_cluster().sync(); /* keep this block's partials alive for the others */
+#endif
+}
+
+template <int TYPE>
+static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
+{
+    void (*kern)(const MvArgs) = matvec_kernel<TYPE>;
+    const size_t smem = (size_t)a.l.bytes;
+    int cap = 0;
+    const int rc = launch_capacity((const void *)kern, MV_THREADS, smem, a.p.nseg, &cap, err);
+    if (rc)
+        return rc;
+    const unsigned gx = (unsigned)(cap < a.nrb ? cap : a.nrb); /* persistent: one wave */
+    if (a.p.nseg > 1) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = (unsigned)a.p.nseg;
+        attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, 1);
+        cfg.blockDim = dim3(MV_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        CUDA_CHECK(err, cudaLaunchKernelEx(&cfg, kern, a));
+    } else {
+        kern<<<gx, MV_THREADS, smem, stream>>>(a);
+    }
+    CUDA_CHECK_LAUNCH(err, "matvec_kernel");
+    return 0;
+}
+
+extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t cols, const int32_t *expert,
+                                  const float *x, int n, float *y, cudaStream_t stream, strata_error *err)
+{
+    if (!w || !x || !y || n < 1 || n > MV_COLS)
+        return strata_err(err, STRATA_E_ARG, "cuda_matvec: bad arguments (n = %d, 1..8)", n);
+    const size_t wbytes = cuda_weight_bytes(type, rows, cols);
+    if (!wbytes)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %s %lld x %lld not supported", type_name(type),
+                          (long long)rows, (long long)cols);
+    if (type == GGML_TYPE_F32)
+        return f32_matmul((const float *)w, expert, wbytes, rows, cols, x, n, y, stream, err);
+    Plan p;
+    if (plan_make(type, rows, cols, &p))
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %lld columns (at most %d)", (long long)cols,
+                          MAX_SEGS * SEG_MAX_K);
+    if (p.nseg > 1) {
+        int dev = 0, major = 0;
+        CUDA_CHECK(err, cudaGetDevice(&dev));
+        CUDA_CHECK(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        if (major < 9)
+            return strata_err(err, STRATA_E_UNSUPPORTED,
+                              "cuda_matvec: %lld x %lld needs thread-block clusters (sm_90)", (long long)rows,
+                              (long long)cols);
+    }
+    MvArgs a;
+    a.ws = Wsrc{(const uint8_t *)w, (int)rows, (int)cols, p.ntk};
+    a.expert = expert;
+    a.expert_bytes = wbytes;
+    a.p = p;
+    a.l = mv_layout(type, p);
+    a.x = x;
+    a.y = y;
+    a.n = n;
+    a.nrb = (p.mt + MV_WARPS - 1) / MV_WARPS;
+    switch (type) {
+    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, stream, err);
+    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, stream, err);
+    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, stream, err);
+    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, stream, err);
+    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, stream, err);
+    default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: type %s", type_name(type));
+    }
+}
+
+extern "C" int cuda_matvec(int type, const void *w, int64_t rows, int64_t cols, const float *x, int n, float *y,
+                           cudaStream_t stream, strata_error *err)
+{
+    return cuda_matvec_expert(type, w, rows, cols, NULL, x, n, y, stream, err);
+}
+
+/* ---- F32 ------------------------------------------------------------------
+ * Rare (tiny models, tests): one warp per row, lane l summing columns
+ * 4l + 128i in order with FMA, then a fixed butterfly; the same for every n,
+ * so it is its own matmul. */
+__global__ void __launch_bounds__(256) f32_kernel(const float *w, const int32_t *expert, size_t expert_bytes,
+                                                  int rows, int cols, const float *x, int n, float *y)
+{
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= rows)
+        return;
+    if (expert)
+        w = (const float *)((const uint8_t *)w + (size_t)__ldg(expert) * expert_bytes);
+    const float *wr = w + (size_t)row * cols;
+    for (int c = blockIdx.y; c < n; c += gridDim.y) {
+        const float *xr = x + (size_t)c * cols;
+        float s = 0.f;
+        for (int k = lane * 4; k < cols; k += 128) {
+            const float4 wv = __ldg((const float4 *)(wr + k)), xv = __ldg((const float4 *)(xr + k));
+            s = __fmaf_rn(wv.x, xv.x, s);
+            s = __fmaf_rn(wv.y, xv.y, s);
+            s = __fmaf_rn(wv.z, xv.z, s);
+            s = __fmaf_rn(wv.w, xv.w, s);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            y[(size_t)c * rows + row] = s;
+    }
+}
+
+namespace wt {
+int f32_matmul(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
+               const float *x, int64_t n, float *y, cudaStream_t stream, strata_error *err)
+{
+    const unsigned gy = (unsigned)(n < 1024 ? n : 1024);
+    f32_kernel<<<dim3((unsigned)((rows + 7) / 8), gy), 256, 0, stream>>>(w, expert, expert_bytes, (int)rows,
+                                                                         (int)cols, x, (int)n, y);
+    CUDA_CHECK_LAUNCH(err, "f32_kernel");
+    return 0;
+}
+} /* namespace wt */

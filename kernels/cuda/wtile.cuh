@@ -1,0 +1,784 @@
+/* wtile.cuh: the device layout of weight matrices and the per-type tile
+ * decoders shared by matvec.cu, matmul.cu and embed.cu (C++ only).
+ *
+ * Layout ("tiles").  A matrix of rows x cols in a block type is cut into tiles
+ * of 16 rows x KT columns (KT: IQ3_XXS 256, Q2_0 128, Q4_0 64, Q8_0 32),
+ * stored tile row by tile row, k-tiles contiguous:
+ *     tile (R, T) at  w + (R * ntk + T) * TILE_BYTES,  ntk = ceil(cols / KT).
+ * A tile holds exactly the bytes of its 16 GGUF block rows (same size), put
+ * in the order in which the 32 lanes of one warp consume them as the A
+ * operand of an integer tensor-core product mma.m16n8k32: lane L = 4g + t
+ * (g = L/4, t = L%4) owns rows g and g+8 of the tile and, in every 32-column
+ * chunk, the 8 elements 8t..8t+7.  So a lane fetches its whole share of a
+ * tile with one to three 16-byte loads (fully coalesced: the warp reads the
+ * tile's bytes once, in order) and decodes it in registers; nothing goes
+ * through shared memory except the IQ3_XXS grid/sign tables.  Rows are
+ * padded to a multiple of 16 and columns to a multiple of KT with zero bytes
+ * (a zero scale, so padding contributes exactly 0).  F16 and F32 stay
+ * row-major (a lane's 8 halves of a row are one aligned 16-byte load).
+ *
+ * Why the k order may be permuted: mma sums over k, so any assignment of
+ * elements to k-slots works as long as the activations (B operand) use the
+ * same one.  Here lane t's k-slots 4t..4t+3 hold elements 8t..8t+3 and its
+ * slots 4t+16..4t+19 hold elements 8t+4..8t+7: the B fragment is then 8
+ * consecutive int8 activations, one 8-byte load.
+ *
+ * Arithmetic (the same code path for decode and prefill, so a row's result is
+ * bitwise the same whatever kernel and batch computed it):
+ *   activations: per token, per XB-element block (XB = 256 IQ3_XXS, 64 Q2_0,
+ *     32 Q4_0/Q8_0): d = amax / 127, q = rint(x * 127 / amax), sum = sum(q).
+ *   IQ3_XXS: per 32-sub-block an exact int32 dot of signed magnitudes with q
+ *     (two mmas: ones' complement of the negated magnitudes, plus the count
+ *     correction), times (2 ls + 1) summed in int32 over the super-block,
+ *     then acc = fma(d/4 * dx, float(isum), acc).
+ *   Q2_0, Q4_0: unsigned codes times q, the code offset (1 or 8) removed
+ *     exactly through the mma's C input (-offset * sum(q)).  Q8_0: s8 x s8.
+ *     Each block's int32 dot starts from the bit pattern of 1.5 * 2^23, so
+ *     read as a float it is 1.5 * 2^23 + dot exactly (|dot| < 2^22): the
+ *     int->float conversion is one subtraction.  acc = fma(d * dx, dot, acc).
+ *   F16: activations rounded to fp16, mma.m16n8k16 with f32 accumulation.
+ *   Segments: the k-tiles are cut into nseg segments (a function of rows and
+ *     cols only, never of the batch); each segment is accumulated from 0 and
+ *     the segment sums are added in order: y = ((0 + s0) + s1) + ...  The
+ *     decode kernel computes the segments in parallel (one block of a thread
+ *     block cluster each), the prefill kernel one after another. */
+#ifndef STRATA_WTILE_CUH
+#define STRATA_WTILE_CUH
+
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define _Static_assert static_assert /* model/quant.h is C11 */
+extern "C" {
+#include "model/quant.h"
+}
+#undef _Static_assert
+
+namespace wt {
+
+constexpr int WARPS = 8;                /* prefill: warps per block, 8 m-tiles */
+constexpr int THREADS = WARPS * 32;
+constexpr int MV_WARPS = 16;            /* decode: warps per block (one block per SM) */
+constexpr int MV_THREADS = MV_WARPS * 32;
+constexpr int BLOCK_ROWS = MV_WARPS * 16; /* decode: rows per row-block */
+constexpr int MAX_SEGS = 8;             /* portable cluster size */
+constexpr int SEG_MAX_K = 4096;         /* a segment's activations fit in shared memory */
+constexpr int WARP_UNITS = 2048;        /* (m-tile, segment) pairs wanted per matvec */
+constexpr int MM_COLS = 64;             /* prefill: tokens per block (8 mma column groups) */
+constexpr int MV_COLS = 8;              /* decode: tokens per call at most */
+constexpr int TAB_BYTES = 65536;        /* IQ3_XXS tables in shared memory */
+constexpr int BIAS_I = 0x4B400000;      /* bit pattern of 1.5 * 2^23 */
+constexpr float BIAS_F = 12582912.0f;
+
+/* Per-type geometry: k-tile, tile bytes (0: row-major), activation block, int8 path. */
+struct Geo {
+    int kt, tile, xb, i8;
+};
+__host__ __device__ constexpr Geo geo(int type)
+{
+    switch (type) {
+    case GGML_TYPE_IQ3_XXS: return Geo{256, 1568, 256, 1};
+    case GGML_TYPE_Q2_0: return Geo{128, 576, 64, 1};
+    case GGML_TYPE_Q4_0: return Geo{64, 576, 32, 1};
+    case GGML_TYPE_Q8_0: return Geo{32, 544, 32, 1};
+    case GGML_TYPE_F16: return Geo{32, 0, 32, 0};
+    case GGML_TYPE_F32: return Geo{32, 0, 32, 0};
+    default: return Geo{0, 0, 0, 0};
+    }
+}
+
+/* The reduction plan of a matrix: depends on (type, rows, cols) only. */
+struct Plan {
+    int mt;    /* 16-row tiles */
+    int ntk;   /* k-tiles */
+    int tps;   /* k-tiles per segment */
+    int nseg;  /* segments */
+    int kt, xb;
+};
+inline int plan_make(int type, int64_t rows, int64_t cols, Plan *p)
+{
+    const Geo gm = geo(type);
+    if (!gm.kt || rows < 1 || cols < 1 || rows > (1LL << 30) || cols > MAX_SEGS * SEG_MAX_K)
+        return -1;
+    p->kt = gm.kt;
+    p->xb = gm.xb;
+    p->mt = (int)((rows + 15) / 16);
+    p->ntk = (int)((cols + gm.kt - 1) / gm.kt);
+    /* enough (m-tile, segment) pairs to fill the card, but segments no
+     * longer than SEG_MAX_K (their activations sit in shared memory) */
+    int s = (p->mt + WARP_UNITS - 1) / p->mt;
+    if (s > MAX_SEGS)
+        s = MAX_SEGS;
+    const int s_min = (int)((cols + SEG_MAX_K - 1) / SEG_MAX_K);
+    if (s < s_min)
+        s = s_min;
+    if (s > p->ntk)
+        s = p->ntk;
+    p->tps = (p->ntk + s - 1) / s;
+    while (p->tps * gm.kt > SEG_MAX_K + gm.kt) /* rounding pushed a segment over */
+        p->tps--;
+    p->nseg = (p->ntk + p->tps - 1) / p->tps;
+    return p->nseg <= MAX_SEGS ? 0 : -1;
+}
+
+/* ---- small device helpers --------------------------------------------- */
+
+__device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg((const uint4 *)p); }
+
+template <bool G> __device__ __forceinline__ uint2 ld8(const int8_t *p)
+{
+    if (G)
+        return __ldg((const uint2 *)p);
+    return *(const uint2 *)p;
+}
+template <bool G> __device__ __forceinline__ float2 ldf2(const float *p)
+{
+    if (G)
+        return __ldg((const float2 *)p);
+    return *(const float2 *)p;
+}
+template <bool G> __device__ __forceinline__ int2 ldi2(const int *p)
+{
+    if (G)
+        return __ldg((const int2 *)p);
+    return *(const int2 *)p;
+}
+template <bool G> __device__ __forceinline__ uint4 ldh16(const __half *p)
+{
+    if (G)
+        return __ldg((const uint4 *)p);
+    return *(const uint4 *)p;
+}
+
+__device__ __forceinline__ uint32_t word4(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; /* i is a constant after unrolling */
+}
+__device__ __forceinline__ float h2f(uint32_t bits16) { return __half2float(__ushort_as_half((unsigned short)bits16)); }
+
+/* D = A * B + C, A 16x32 (s8 or u8), B 32x8 s8, C/D s32 (PTX ISA fragment
+ * layouts: a[0] row g k 4t.., a[1] row g+8, a[2] row g k 16+4t.., a[3] row
+ * g+8; b[0] k 4t.. col g, b[1] k 16+4t..; c[0..1] row g cols 2t,2t+1,
+ * c[2..3] row g+8). */
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint2 b, const int (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(c[0]), "r"(c[1]),
+          "r"(c[2]), "r"(c[3]));
+}
+__device__ __forceinline__ void mma_u8(int (&d)[4], const uint32_t (&a)[4], uint2 b, const int (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(c[0]), "r"(c[1]),
+          "r"(c[2]), "r"(c[3]));
+}
+/* f16 m16n8k16, f32 accumulate in place (a[0] row g k 2t,2t+1; a[1] row g+8;
+ * a[2] row g k 2t+8,2t+9; a[3] row g+8; b[0] k 2t,2t+1; b[1] k 2t+8,2t+9). */
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ---- activations (the B operand) ----------------------------------------
+ * int8: token c's element k at q[c * cs + k]; its block b's scale and sum at
+ * d[b * bs + c], s[b * bs + c] (block-major, so a lane's two tokens 2t, 2t+1
+ * are one 8-byte load).  fp16: h[c * cs + k].  Shared memory (decode) or
+ * global memory (prefill, G = true). */
+struct Act {
+    const int8_t *q;
+    const float *d;
+    const int *s;
+    const __half *h;
+    int cs, bs;
+};
+
+/* Quantize one activation block of XB floats (the first `valid` of src; the
+ * rest are taken as 0) with one warp: the same code for decode and prefill,
+ * so both see identical int8 values. */
+template <int XB>
+__device__ __forceinline__ void quant_block(const float *src, int valid, int8_t *dst, float *d, int *s, int lane)
+{
+    constexpr int E = XB / 32;
+    float v[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = lane * E + e;
+        v[e] = i < valid ? src[i] : 0.f;
+    }
+    float am = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+        am = fmaxf(am, fabsf(v[e]));
+    am = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(am)));
+    const float id = am > 0.f ? 127.f / am : 0.f;
+    int sum = 0;
+    uint32_t packed[(E + 3) / 4] = {};
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        int q = __float2int_rn(v[e] * id);
+        q = q > 127 ? 127 : q < -127 ? -127 : q;
+        sum += q;
+        packed[e / 4] |= (uint32_t)(q & 0xff) << (8 * (e % 4));
+    }
+    if (E == 1)
+        dst[lane] = (int8_t)(packed[0] & 0xff);
+    else if (E == 2)
+        ((uint16_t *)dst)[lane] = (uint16_t)packed[0];
+    else
+        ((uint2 *)dst)[lane] = make_uint2(packed[0], packed[(E + 3) / 4 - 1]);
+    sum = __reduce_add_sync(0xffffffffu, sum);
+    if (lane == 0) {
+        *d = am / 127.f;
+        *s = sum;
+    }
+}
+
+/* ---- IQ3_XXS --------------------------------------------------------------
+ * Tile (1568 bytes = 16 rows x 98):
+ *   [0, 1024)     grid indices: lane L at 32L: row g then row g+8, 16 bytes
+ *                 each; word p (sub-block pair) = [sb 2p: idx of its
+ *                 elements 8t..3, 8t+4..7][sb 2p+1: same].
+ *   [1024, 1536)  signs: lane L at 1024 + 16L: words (r, h) = 2r + h: bits
+ *                 7j..7j+6 = lane t's 7-bit sign field of sub-block 4h+j of
+ *                 row g+8r; bits 28..31 = the 4-bit scale ls of sub-block
+ *                 2t+h of that row (each lane carries a quarter of its rows'
+ *                 scales; the others fetch them with one shuffle per two
+ *                 sub-blocks).
+ *   [1536, 1568)  d: word g = fp16 d of row g | d of row g+8 << 16.
+ * Tables in shared memory (64 KiB, built per block): entry i at 256 i:
+ *   bytes [0, 128): grid[i] (4 magnitudes) replicated for each of 32 lanes;
+ *   bytes [128, 256), i < 128: the 8 sign bytes (0xff = negative) of sign
+ *   field i, replicated for 16 lanes.  Lane-private copies make every table
+ *   load conflict-free; an index byte becomes an address with one byte
+ *   permute (idx << 8 | 4 lane). */
+static __constant__ uint32_t c_iq3_grid[256] = {
+    0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
+    0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
+    0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
+    0x04140414, 0x04140424, 0x04140c0c, 0x04141404, 0x04141414, 0x04141c0c, 0x04141c1c, 0x04141c3e,
+    0x04142c0c, 0x04142c3e, 0x04143e2c, 0x041c040c, 0x041c043e, 0x041c0c04, 0x041c0c14, 0x041c142c,
+    0x041c3e04, 0x04240c1c, 0x04241c3e, 0x04242424, 0x04242c3e, 0x04243e1c, 0x04243e2c, 0x042c040c,
+    0x042c043e, 0x042c1c14, 0x042c2c14, 0x04341c2c, 0x04343424, 0x043e0c04, 0x043e0c24, 0x043e0c34,
+    0x043e241c, 0x043e340c, 0x0c04040c, 0x0c04041c, 0x0c040c04, 0x0c040c14, 0x0c04140c, 0x0c04141c,
+    0x0c041c04, 0x0c041c14, 0x0c041c24, 0x0c04243e, 0x0c042c04, 0x0c0c0404, 0x0c0c0414, 0x0c0c0c0c,
+    0x0c0c1404, 0x0c0c1414, 0x0c14040c, 0x0c14041c, 0x0c140c04, 0x0c140c14, 0x0c14140c, 0x0c141c04,
+    0x0c143e14, 0x0c1c0404, 0x0c1c0414, 0x0c1c1404, 0x0c1c1c0c, 0x0c1c2434, 0x0c1c3434, 0x0c24040c,
+    0x0c24042c, 0x0c242c04, 0x0c2c1404, 0x0c2c1424, 0x0c2c2434, 0x0c2c3e0c, 0x0c34042c, 0x0c3e1414,
+    0x0c3e2404, 0x14040404, 0x14040414, 0x14040c0c, 0x14040c1c, 0x14041404, 0x14041414, 0x14041434,
+    0x14041c0c, 0x14042414, 0x140c040c, 0x140c041c, 0x140c042c, 0x140c0c04, 0x140c0c14, 0x140c140c,
+    0x140c1c04, 0x140c341c, 0x140c343e, 0x140c3e04, 0x14140404, 0x14140414, 0x14140c0c, 0x14140c3e,
+    0x14141404, 0x14141414, 0x14141c3e, 0x14142404, 0x14142c2c, 0x141c040c, 0x141c0c04, 0x141c0c24,
+    0x141c3e04, 0x141c3e24, 0x14241c2c, 0x14242c1c, 0x142c041c, 0x142c143e, 0x142c240c, 0x142c3e24,
+    0x143e040c, 0x143e041c, 0x143e0c34, 0x143e242c, 0x1c04040c, 0x1c040c04, 0x1c040c14, 0x1c04140c,
+    0x1c04141c, 0x1c042c04, 0x1c04342c, 0x1c043e14, 0x1c0c0404, 0x1c0c0414, 0x1c0c1404, 0x1c0c1c0c,
+    0x1c0c2424, 0x1c0c2434, 0x1c14040c, 0x1c14041c, 0x1c140c04, 0x1c14142c, 0x1c142c14, 0x1c143e14,
+    0x1c1c0c0c, 0x1c1c1c1c, 0x1c241c04, 0x1c24243e, 0x1c243e14, 0x1c2c0404, 0x1c2c0434, 0x1c2c1414,
+    0x1c2c2c2c, 0x1c340c24, 0x1c341c34, 0x1c34341c, 0x1c3e1c1c, 0x1c3e3404, 0x24040424, 0x24040c3e,
+    0x24041c2c, 0x24041c3e, 0x24042c1c, 0x24042c3e, 0x240c3e24, 0x24141404, 0x24141c3e, 0x24142404,
+    0x24143404, 0x24143434, 0x241c043e, 0x241c242c, 0x24240424, 0x24242c0c, 0x24243424, 0x242c142c,
+    0x242c241c, 0x242c3e04, 0x243e042c, 0x243e0c04, 0x243e0c14, 0x243e1c04, 0x2c040c14, 0x2c04240c,
+    0x2c043e04, 0x2c0c0404, 0x2c0c0434, 0x2c0c1434, 0x2c0c2c2c, 0x2c140c24, 0x2c141c14, 0x2c143e14,
+    0x2c1c0414, 0x2c1c2c1c, 0x2c240c04, 0x2c24141c, 0x2c24143e, 0x2c243e14, 0x2c2c0414, 0x2c2c1c0c,
+    0x2c342c04, 0x2c3e1424, 0x2c3e2414, 0x34041424, 0x34042424, 0x34042434, 0x34043424, 0x340c140c,
+    0x340c340c, 0x34140c3e, 0x34143424, 0x341c1c04, 0x341c1c34, 0x34242424, 0x342c042c, 0x342c2c14,
+    0x34341c1c, 0x343e041c, 0x343e140c, 0x3e04041c, 0x3e04042c, 0x3e04043e, 0x3e040c04, 0x3e041c14,
+    0x3e042c14, 0x3e0c1434, 0x3e0c2404, 0x3e140c14, 0x3e14242c, 0x3e142c14, 0x3e1c0404, 0x3e1c0c2c,
+    0x3e1c1c1c, 0x3e1c3404, 0x3e24140c, 0x3e24240c, 0x3e2c0404, 0x3e2c0414, 0x3e2c1424, 0x3e341c04
+};
+
+__device__ __forceinline__ uint32_t sign_bytes(uint32_t nib)
+{
+    return ((nib & 1) ? 0xffu : 0u) | ((nib & 2) ? 0xff00u : 0u) | ((nib & 4) ? 0xff0000u : 0u) |
+           ((nib & 8) ? 0xff000000u : 0u);
+}
+
+/* Fill the 64 KiB table area; the caller syncs before use. */
+__device__ inline void iq3_tables_init(uint8_t *tab)
+{
+    uint32_t *t32 = (uint32_t *)tab;
+    for (int i = threadIdx.x; i < 256 * 32; i += blockDim.x)
+        t32[(i >> 5) * 64 + (i & 31)] = c_iq3_grid[i >> 5];
+    uint2 *t64 = (uint2 *)tab;
+    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
+        const uint32_t e = (uint32_t)(i >> 4);
+        const uint32_t sg = e | ((__popc(e) & 1u) << 7);
+        t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
+    }
+}
+
+template <int TYPE> struct Raw;
+template <> struct Raw<GGML_TYPE_IQ3_XXS> {
+    uint4 g0, g1, s;
+    uint32_t d;
+};
+template <> struct Raw<GGML_TYPE_Q2_0> {
+    uint4 q;
+    uint2 d;
+};
+template <> struct Raw<GGML_TYPE_Q4_0> {
+    uint4 q;
+    uint2 d;
+};
+template <> struct Raw<GGML_TYPE_Q8_0> {
+    uint4 q;
+    uint32_t d;
+};
+template <> struct Raw<GGML_TYPE_F16> {
+    uint4 h0, h1;
+};
+
+/* Where the weights are: packed tiles, or the row-major F16 matrix. */
+struct Wsrc {
+    const uint8_t *w;
+    int rows, cols, ntk;
+};
+
+template <int TYPE> __device__ __forceinline__ void raw_load(Raw<TYPE> &r, const Wsrc &s, int R, int T, int lane);
+
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_IQ3_XXS> &r, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * 1568;
+    r.g0 = ldg16(tile + lane * 32);
+    r.g1 = ldg16(tile + lane * 32 + 16);
+    r.s = ldg16(tile + 1024 + lane * 16);
+    r.d = __ldg((const uint32_t *)(tile + 1536) + (lane >> 2));
+}
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_Q2_0> &r, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * 576;
+    r.q = ldg16(tile + lane * 16);
+    r.d = __ldg((const uint2 *)(tile + 512) + (lane >> 2));
+}
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_Q4_0> &r, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * 576;
+    r.q = ldg16(tile + lane * 16);
+    r.d = __ldg((const uint2 *)(tile + 512) + (lane >> 2));
+}
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_Q8_0> &r, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * 544;
+    r.q = ldg16(tile + lane * 16);
+    r.d = __ldg((const uint32_t *)(tile + 512) + (lane >> 2));
+}
+/* F16: row-major; rows past the end and columns past cols read as zero. */
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_F16> &r, const Wsrc &s, int R, int T, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const int k = T * 32 + 8 * t, r0 = R * 16 + g, r1 = r0 + 8;
+    const uint16_t *w = (const uint16_t *)s.w;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    r.h0 = (k < s.cols && r0 < s.rows) ? ldg16(w + (size_t)r0 * s.cols + k) : z;
+    r.h1 = (k < s.cols && r1 < s.rows) ? ldg16(w + (size_t)r1 * s.cols + k) : z;
+}
+
+/* One tile times NG groups of 8 tokens, added into acc[j] (j: token group;
+ * [0] row g tok 2t, [1] row g tok 2t+1, [2] row g+8 tok 2t, [3] row g+8 tok
+ * 2t+1).  k0: the tile's first element and b0 its first activation block,
+ * both relative to the Act. */
+template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
+                                         float (&acc)[NG][4], const uint8_t *tab, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t lane4 = (uint32_t)lane * 4;
+    const uint32_t soff = 128u | ((uint32_t)(lane & 15) << 3);
+    const uint32_t L = (r.s.x >> 28) | ((r.s.y >> 28) << 4) | ((r.s.z >> 28) << 8) | ((r.s.w >> 28) << 12);
+    int ai[NG][4];
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+        ai[j][0] = ai[j][1] = ai[j][2] = ai[j][3] = 0;
+    const int zero[4] = {0, 0, 0, 0};
+    uint32_t Lq = 0;
+#pragma unroll
+    for (int ib = 0; ib < 8; ++ib) {
+        if ((ib & 1) == 0)
+            Lq = __shfl_sync(0xffffffffu, L, (lane & ~3) | (ib >> 1));
+        /* 2 ls + 1 for rows g and g+8: one shift and one LOP3 each */
+        const int s0 = (int)((((ib & 1) ? Lq >> 3 : Lq << 1) & 0x1eu) | 1u);
+        const int s1 = (int)((((ib & 1) ? Lq >> 11 : Lq >> 7) & 0x1eu) | 1u);
+        const uint32_t gw0 = word4(r.g0, ib >> 1), gw1 = word4(r.g1, ib >> 1);
+        const uint32_t bs = (uint32_t)(ib & 1) * 2;
+        const uint32_t G00 = *(const uint32_t *)(tab + __byte_perm(gw0, lane4, 0x5504u | (bs << 4)));
+        const uint32_t G01 = *(const uint32_t *)(tab + __byte_perm(gw0, lane4, 0x5504u | ((bs + 1) << 4)));
+        const uint32_t G10 = *(const uint32_t *)(tab + __byte_perm(gw1, lane4, 0x5504u | (bs << 4)));
+        const uint32_t G11 = *(const uint32_t *)(tab + __byte_perm(gw1, lane4, 0x5504u | ((bs + 1) << 4)));
+        const uint32_t sw0 = word4(r.s, ib >> 2), sw1 = word4(r.s, 2 + (ib >> 2));
+        const int jf = ib & 3; /* field jf of the word, moved to bits 8..14 */
+        const uint32_t f0 = jf == 0 ? sw0 << 8 : jf == 1 ? sw0 << 1 : jf == 2 ? sw0 >> 6 : sw0 >> 13;
+        const uint32_t f1 = jf == 0 ? sw1 << 8 : jf == 1 ? sw1 << 1 : jf == 2 ? sw1 >> 6 : sw1 >> 13;
+        const uint2 M0 = *(const uint2 *)(tab + ((f0 & 0x7f00u) | soff));
+        const uint2 M1 = *(const uint2 *)(tab + ((f1 & 0x7f00u) | soff));
+        /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
+        const uint32_t ax[4] = {G00 ^ M0.x, G10 ^ M1.x, G01 ^ M0.y, G11 ^ M1.y};
+        const uint32_t an[4] = {M0.x & 0x01010101u, M1.x & 0x01010101u, M0.y & 0x01010101u,
+                                M1.y & 0x01010101u};
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+            const uint2 b = ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * ib + 8 * t);
+            int c[4];
+            mma_s8(c, ax, b, zero);
+            mma_s8(c, an, b, c);
+            ai[j][0] += s0 * c[0];
+            ai[j][1] += s0 * c[1];
+            ai[j][2] += s1 * c[2];
+            ai[j][3] += s1 * c[3];
+        }
+    }
+    const float dw0 = h2f(r.d & 0xffffu) * 0.25f, dw1 = h2f(r.d >> 16) * 0.25f;
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+        const float2 dx = ldf2<G>(a.d + b0 * a.bs + 8 * j + 2 * t);
+        acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), (float)ai[j][0], acc[j][0]);
+        acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), (float)ai[j][1], acc[j][1]);
+        acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), (float)ai[j][2], acc[j][2]);
+        acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), (float)ai[j][3], acc[j][3]);
+    }
+}
+
+/* Scale a biased block dot (bits of 1.5*2^23 + dot) into acc. */
+template <int NG, bool G>
+__device__ __forceinline__ void acc_block(float (&acc)[NG][4], int j, const int (&c)[4], float dw0, float dw1,
+                                          const Act &a, int blk, int t)
+{
+    const float2 dx = ldf2<G>(a.d + blk * a.bs + 8 * j + 2 * t);
+    acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), __int_as_float(c[0]) - BIAS_F, acc[j][0]);
+    acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), __int_as_float(c[1]) - BIAS_F, acc[j][1]);
+    acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), __int_as_float(c[2]) - BIAS_F, acc[j][2]);
+    acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), __int_as_float(c[3]) - BIAS_F, acc[j][3]);
+}
+
+/* Q2_0 tile (576 bytes = 16 rows x 2 blocks x 18): [0, 512) lane L at 16L,
+ * words (b, r) = 2b + r (block b, row g+8r): byte i = codes of elements
+ * 8t+i | 8t+4+i << 2 | 32+8t+i << 4 | 32+8t+4+i << 6 (two bits each), so
+ * shifts by 0/2/4/6 and one mask give the four u8x4 A words; [512, 576)
+ * lane quad g at 512 + 8g: fp16 d of (b, r) = 2b + r. */
+template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q2_0> &r, const Act &a, int k0, int b0,
+                                         float (&acc)[NG][4], const uint8_t *, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t M = 0x03030303u;
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+        const uint32_t w0 = word4(r.q, 2 * b), w1 = word4(r.q, 2 * b + 1);
+        const uint32_t A0[4] = {w0 & M, w1 & M, (w0 >> 2) & M, (w1 >> 2) & M};
+        const uint32_t A1[4] = {(w0 >> 4) & M, (w1 >> 4) & M, (w0 >> 6) & M, (w1 >> 6) & M};
+        const uint32_t dd = b == 0 ? r.d.x : r.d.y;
+        const float dw0 = h2f(dd & 0xffffu), dw1 = h2f(dd >> 16);
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+            const int2 xs = ldi2<G>(a.s + (b0 + b) * a.bs + 8 * j + 2 * t);
+            const int cin[4] = {BIAS_I - xs.x, BIAS_I - xs.y, BIAS_I - xs.x, BIAS_I - xs.y};
+            const int8_t *qp = a.q + (8 * j + g) * a.cs + k0 + 64 * b + 8 * t;
+            int c[4];
+            mma_u8(c, A0, ld8<G>(qp), cin);
+            mma_u8(c, A1, ld8<G>(qp + 32), c);
+            acc_block<NG, G>(acc, j, c, dw0, dw1, a, b0 + b, t);
+        }
+    }
+}
+
+/* Q4_0 tile (576 bytes = 16 rows x 2 blocks x 18): like Q2_0 with nibbles:
+ * byte i of word (b, r) = element 8t+i | element 8t+4+i << 4. */
+template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q4_0> &r, const Act &a, int k0, int b0,
+                                         float (&acc)[NG][4], const uint8_t *, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t M = 0x0f0f0f0fu;
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+        const uint32_t w0 = word4(r.q, 2 * b), w1 = word4(r.q, 2 * b + 1);
+        const uint32_t A[4] = {w0 & M, w1 & M, (w0 >> 4) & M, (w1 >> 4) & M};
+        const uint32_t dd = b == 0 ? r.d.x : r.d.y;
+        const float dw0 = h2f(dd & 0xffffu), dw1 = h2f(dd >> 16);
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+            const int2 xs = ldi2<G>(a.s + (b0 + b) * a.bs + 8 * j + 2 * t);
+            const int cin[4] = {BIAS_I - 8 * xs.x, BIAS_I - 8 * xs.y, BIAS_I - 8 * xs.x, BIAS_I - 8 * xs.y};
+            int c[4];
+            mma_u8(c, A, ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * b + 8 * t), cin);
+            acc_block<NG, G>(acc, j, c, dw0, dw1, a, b0 + b, t);
+        }
+    }
+}
+
+/* Q8_0 tile (544 bytes = 16 rows x 34): [0, 512) lane L at 16L: the four A
+ * words as they go to the mma (row g 8t..8t+3, row g+8 8t..8t+3, row g
+ * 8t+4..8t+7, row g+8 8t+4..8t+7); [512, 544) word g = d(g) | d(g+8) << 16. */
+template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q8_0> &r, const Act &a, int k0, int b0,
+                                         float (&acc)[NG][4], const uint8_t *, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t A[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    const float dw0 = h2f(r.d & 0xffffu), dw1 = h2f(r.d >> 16);
+    const int cin[4] = {BIAS_I, BIAS_I, BIAS_I, BIAS_I};
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+        int c[4];
+        mma_s8(c, A, ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 8 * t), cin);
+        acc_block<NG, G>(acc, j, c, dw0, dw1, a, b0, t);
+    }
+}
+
+/* F16 (row-major): two m16n8k16 steps per 32 columns, lane t's slots holding
+ * elements 8t..8t+3, then 8t+4..8t+7 (one 16-byte activation load). */
+template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_F16> &r, const Act &a, int k0, int,
+                                         float (&acc)[NG][4], const uint8_t *, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+        const uint4 b = ldh16<G>(a.h + (8 * j + g) * a.cs + k0 + 8 * t);
+        mma_f16(acc[j], r.h0.x, r.h1.x, r.h0.y, r.h1.y, b.x, b.y);
+        mma_f16(acc[j], r.h0.z, r.h1.z, r.h0.w, r.h1.w, b.z, b.w);
+    }
+}
+
+/* Prefetch depth (tiles in flight per warp): about 3 KiB per warp. */
+template <int TYPE> struct Depth { static constexpr int v = 4; };
+template <> struct Depth<GGML_TYPE_IQ3_XXS> { static constexpr int v = 2; };
+
+/* Run tiles [t0, t1) of m-tile R through tile_mma, PF tiles ahead in
+ * registers.  k and activation-block offsets are relative to tile kbase. */
+template <int TYPE, int NG, bool G>
+__device__ __forceinline__ void run_tiles(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
+                                          float (&acc)[NG][4], const uint8_t *tab, int lane)
+{
+    constexpr int PF = Depth<TYPE>::v;
+    const Geo gm = geo(TYPE);
+    Raw<TYPE> buf[PF];
+#pragma unroll
+    for (int i = 0; i < PF; ++i)
+        if (t0 + i < t1)
+            raw_load<TYPE>(buf[i], ws, R, t0 + i, lane);
+    for (int T = t0; T < t1; T += PF) {
+#pragma unroll
+        for (int i = 0; i < PF; ++i) {
+            if (T + i < t1) {
+                const Raw<TYPE> cur = buf[i];
+                if (T + i + PF < t1)
+                    raw_load<TYPE>(buf[i], ws, R, T + i + PF, lane);
+                const int k0 = (T + i - kbase) * gm.kt;
+                tile_mma<NG, G>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+            }
+        }
+    }
+}
+
+/* ---- decode: tiles streamed through a shared-memory ring ------------------
+ * Decode is bound by how many bytes are in flight (Little's law: ~4.5 TB/s
+ * x ~2 us of loaded latency = ~70 KiB per SM), more than registers can hold
+ * next to the decoders.  So each warp keeps D tiles in flight with cp.async
+ * (16-byte copies straight into shared memory, no registers held), each lane
+ * copying exactly the pieces it will read back, into lane-private slots laid
+ * out piece-major so the read-back LDS.128s are conflict-free; no barrier is
+ * needed, only cp.async.wait_group.  The bytes and the decoders are the same
+ * as prefill's register path: the arithmetic does not change. */
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp16z(uint32_t dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp8(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* Ring geometry per type: slot bytes (32 lanes' pieces) and depth. */
+template <int TYPE> struct Ring;
+template <> struct Ring<GGML_TYPE_IQ3_XXS> { static constexpr int SLOT = 1664, D = 4; };
+template <> struct Ring<GGML_TYPE_Q2_0> { static constexpr int SLOT = 768, D = 12; };
+template <> struct Ring<GGML_TYPE_Q4_0> { static constexpr int SLOT = 768, D = 12; };
+template <> struct Ring<GGML_TYPE_Q8_0> { static constexpr int SLOT = 640, D = 12; };
+template <> struct Ring<GGML_TYPE_F16> { static constexpr int SLOT = 1024, D = 4; };
+
+template <int TYPE> __device__ __forceinline__ void ring_issue(uint32_t slot, const Wsrc &s, int R, int T, int lane);
+template <int TYPE> __device__ __forceinline__ void ring_read(Raw<TYPE> &r, const uint8_t *slot, int lane);
+
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_IQ3_XXS>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * 1568;
+    cp16(slot + lane * 16, tile + lane * 32);
+    cp16(slot + 512 + lane * 16, tile + lane * 32 + 16);
+    cp16(slot + 1024 + lane * 16, tile + 1024 + lane * 16);
+    cp4(slot + 1536 + lane * 4, tile + 1536 + (lane >> 2) * 4);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_IQ3_XXS> &r, const uint8_t *slot, int lane)
+{
+    r.g0 = *(const uint4 *)(slot + lane * 16);
+    r.g1 = *(const uint4 *)(slot + 512 + lane * 16);
+    r.s = *(const uint4 *)(slot + 1024 + lane * 16);
+    r.d = *(const uint32_t *)(slot + 1536 + lane * 4);
+}
+template <int TB> __device__ __forceinline__ void ring_issue_q(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * TB;
+    cp16(slot + lane * 16, tile + lane * 16);
+    if (TB == 576)
+        cp8(slot + 512 + lane * 8, tile + 512 + (lane >> 2) * 8);
+    else
+        cp4(slot + 512 + lane * 4, tile + 512 + (lane >> 2) * 4);
+}
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_Q2_0>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    ring_issue_q<576>(slot, s, R, T, lane);
+}
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_Q4_0>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    ring_issue_q<576>(slot, s, R, T, lane);
+}
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_Q8_0>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    ring_issue_q<544>(slot, s, R, T, lane);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_Q2_0> &r, const uint8_t *slot, int lane)
+{
+    r.q = *(const uint4 *)(slot + lane * 16);
+    r.d = *(const uint2 *)(slot + 512 + lane * 8);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_Q4_0> &r, const uint8_t *slot, int lane)
+{
+    r.q = *(const uint4 *)(slot + lane * 16);
+    r.d = *(const uint2 *)(slot + 512 + lane * 8);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_Q8_0> &r, const uint8_t *slot, int lane)
+{
+    r.q = *(const uint4 *)(slot + lane * 16);
+    r.d = *(const uint32_t *)(slot + 512 + lane * 4);
+}
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_F16>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const int k = T * 32 + 8 * t, r0 = R * 16 + g, r1 = r0 + 8;
+    const uint16_t *w = (const uint16_t *)s.w;
+    const bool v0 = k < s.cols && r0 < s.rows, v1 = k < s.cols && r1 < s.rows;
+    cp16z(slot + lane * 16, v0 ? w + (size_t)r0 * s.cols + k : w, v0);
+    cp16z(slot + 512 + lane * 16, v1 ? w + (size_t)r1 * s.cols + k : w, v1);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_F16> &r, const uint8_t *slot, int lane)
+{
+    r.h0 = *(const uint4 *)(slot + lane * 16);
+    r.h1 = *(const uint4 *)(slot + 512 + lane * 16);
+}
+
+/* run_tiles with the loads going through this warp's ring (decode, NG = 1). */
+template <int TYPE>
+__device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
+                                               float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane)
+{
+    constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
+    constexpr Geo gm = geo(TYPE);
+    const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
+#pragma unroll
+    for (int i = 0; i < D - 1; ++i) {
+        if (t0 + i < t1)
+            ring_issue<TYPE>(rs + i * SLOT, ws, R, t0 + i, lane);
+        cp_commit();
+    }
+    for (int T = t0; T < t1; T += D) {
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const int tt = T + i;
+            if (tt < t1) {
+                if (tt + D - 1 < t1)
+                    ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
+                cp_commit();
+                cp_wait<D - 1>();
+                Raw<TYPE> cur;
+                ring_read<TYPE>(cur, ring + i * SLOT, lane);
+                const int k0 = (tt - kbase) * gm.kt;
+                tile_mma<1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+            }
+        }
+    }
+    cp_wait<0>();
+}
+
+/* ---- shared-memory layout of the decode kernel (host and device) -------- */
+struct MvLayout {
+    int xstride;            /* bytes (int8) or halves (F16) between tokens */
+    int off_xq, off_dx, off_xs, off_part, off_ring, ring_warp, bytes;
+};
+inline int ring_bytes_per_warp(int type)
+{
+    switch (type) {
+    case GGML_TYPE_IQ3_XXS: return Ring<GGML_TYPE_IQ3_XXS>::SLOT * Ring<GGML_TYPE_IQ3_XXS>::D;
+    case GGML_TYPE_Q2_0: return Ring<GGML_TYPE_Q2_0>::SLOT * Ring<GGML_TYPE_Q2_0>::D;
+    case GGML_TYPE_Q4_0: return Ring<GGML_TYPE_Q4_0>::SLOT * Ring<GGML_TYPE_Q4_0>::D;
+    case GGML_TYPE_Q8_0: return Ring<GGML_TYPE_Q8_0>::SLOT * Ring<GGML_TYPE_Q8_0>::D;
+    case GGML_TYPE_F16: return Ring<GGML_TYPE_F16>::SLOT * Ring<GGML_TYPE_F16>::D;
+    default: return 0;
+    }
+}
+inline MvLayout mv_layout(int type, const Plan &p)
+{
+    const Geo gm = geo(type);
+    const int seg_k = p.tps * gm.kt;
+    MvLayout l{};
+    int off = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
+    l.off_xq = off;
+    if (gm.i8) {
+        /* stride = 32 (mod 128) bytes: a warp's 8-byte B loads (tokens g,
+         * offsets 8t) hit 32 distinct banks */
+        l.xstride = (seg_k + 127) / 128 * 128 + 32;
+        off += MV_COLS * l.xstride;
+        const int nb = seg_k / gm.xb;
+        l.off_dx = off;
+        off += MV_COLS * nb * 4;
+        l.off_xs = off;
+        off += MV_COLS * nb * 4;
+    } else {
+        /* 64 (mod 128) bytes: conflict-free 16-byte loads */
+        l.xstride = (seg_k + 63) / 64 * 64 + 32;
+        off += MV_COLS * l.xstride * 2;
+        l.off_dx = l.off_xs = off;
+    }
+    off = (off + 15) / 16 * 16;
+    l.off_part = off;
+    if (p.nseg > 1)
+        off += 2 * MV_COLS * BLOCK_ROWS * 4;
+    l.off_ring = off;
+    l.ring_warp = ring_bytes_per_warp(type);
+    off += MV_WARPS * l.ring_warp;
+    l.bytes = off;
+    return l;
+}
+
+/* How many blocks (nseg == 1) or clusters of nseg blocks fit on the current
+ * device at once; also raises the kernel's shared-memory limit.  Cached
+ * (weights.cu), so safe to call while a graph is being captured once a
+ * first call outside the capture has filled the cache. */
+int launch_capacity(const void *fn, int threads, size_t smem, int nseg, int *out, strata_error *err);
+
+/* F32 weights (any n): plain f32 FMA, one warp per row, the same order for
+ * every n (matvec.cu). */
+int f32_matmul(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
+               const float *x, int64_t n, float *y, cudaStream_t stream, strata_error *err);
+
+} /* namespace wt */
+
+#endif

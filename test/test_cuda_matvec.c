@@ -1,0 +1,239 @@
+/* test_cuda_matvec.c: suite "cuda_matvec" — the decode weight kernel
+ * (cuda_matvec, n = 1..8) and the embedding lookup against the CPU reference
+ * (kernels/cpu/matvec.c), for IQ3_XXS, Q2_0, Q4_0, Q8_0, F16, F32, on random
+ * weights and activations, with row counts that are not multiples of the 16-
+ * row tile or the 128-row block, column counts that leave a partial k-tile,
+ * and shapes that split k into several segments (thread-block clusters).
+ * Tolerances in cuda_wtest.h; the measured errors are printed. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_wtest.h"
+
+#ifdef STRATA_CUDA
+
+/* (rows, cols): cols a multiple of 256 so every type takes it. */
+static const int64_t mv_shapes[][2] = {
+    {37, 512},    /* < one block of rows, one segment per k-tile pair */
+    {300, 1280},  /* ragged rows, 8 segments */
+    {1000, 4864}, /* 19 IQ3 k-tiles over 7 segments, the last short */
+    {4100, 2048}, /* 33 row-blocks, the last of 4 rows */
+    {40000, 512}, /* one segment: the persistent grid loops over row-blocks */
+};
+#define MV_NSHAPES ((int)(sizeof mv_shapes / sizeof mv_shapes[0]))
+
+/* Run one type and shape for n = 1, 3, 8 and check against cpu_matmul. */
+static void check_matvec(int type, int64_t rows, int64_t cols, uint64_t seed)
+{
+    const int ns[] = {1, 3, 8};
+    uint8_t *w = cw_random_weights(type, rows, cols, seed);
+    void *dw = cw_upload(type, rows, cols, w);
+    float *x = malloc(8 * cols * sizeof *x), *ref = malloc(8 * rows * sizeof *ref);
+    float *y = malloc(8 * rows * sizeof *y);
+    test_fill_normal(x, (size_t)(8 * cols), 1.0f, seed + 1);
+    cpu_matmul(type, w, rows, cols, x, 8, ref);
+    float *dx = cw_dev_copy(x, 8 * cols * sizeof *x), *dy = NULL;
+    ck_assert(cudaMalloc((void **)&dy, 8 * rows * sizeof(float)) == cudaSuccess);
+    for (int k = 0; k < 3; k++) {
+        const int n = ns[k];
+        strata_error err = {0};
+        cw_poison(dy, 8 * rows);
+        ck_assert_msg(cuda_matvec(type, dw, rows, cols, dx, n, dy, 0, &err) == 0, "%s", err.msg);
+        cw_fetch(y, dy, (size_t)(n * rows));
+        const double e = cw_rel_err(y, ref, (size_t)(n * rows));
+        fprintf(stderr, "cuda_matvec %-7s %6lld x %-5lld n=%d rel err %.3g\n", type_name(type),
+                (long long)rows, (long long)cols, n, e);
+        ck_assert_msg(e < cw_tolerance(type), "%s %lld x %lld n=%d: rel err %g > %g", type_name(type),
+                      (long long)rows, (long long)cols, n, e, cw_tolerance(type));
+    }
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    free(w);
+    free(x);
+    free(ref);
+    free(y);
+}
+
+START_TEST(matvec_matches_reference)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    for (int ti = 0; ti < CW_NTYPES; ti++)
+        for (int s = 0; s < MV_NSHAPES; s++)
+            check_matvec(cw_types[ti], mv_shapes[s][0], mv_shapes[s][1], 1000 + 10 * ti + s);
+    /* a partial last k-tile (Q2_0 tiles are 128 columns, Q4_0 64) */
+    check_matvec(GGML_TYPE_Q2_0, 77, 576, 7);
+    check_matvec(GGML_TYPE_Q4_0, 77, 544, 8);
+    check_matvec(GGML_TYPE_F16, 77, 584, 9);
+    check_matvec(GGML_TYPE_F32, 77, 584, 10);
+}
+END_TEST
+
+/* A token's output is bitwise the same alone (n = 1) and in a batch of 8. */
+START_TEST(matvec_batch_invariant)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t rows = 300, cols = 4864;
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        uint8_t *w = cw_random_weights(type, rows, cols, 77 + ti);
+        void *dw = cw_upload(type, rows, cols, w);
+        float *x = malloc(8 * cols * sizeof *x), *y8 = malloc(8 * rows * sizeof *y8);
+        float *y1 = malloc(rows * sizeof *y1);
+        test_fill_normal(x, (size_t)(8 * cols), 1.0f, 5 + ti);
+        float *dx = cw_dev_copy(x, 8 * cols * sizeof *x), *dy = NULL;
+        ck_assert(cudaMalloc((void **)&dy, 8 * rows * sizeof(float)) == cudaSuccess);
+        strata_error err = {0};
+        ck_assert(cuda_matvec(type, dw, rows, cols, dx, 8, dy, 0, &err) == 0);
+        cw_fetch(y8, dy, (size_t)(8 * rows));
+        for (int i = 0; i < 8; i++) {
+            cw_poison(dy, rows);
+            ck_assert(cuda_matvec(type, dw, rows, cols, dx + i * cols, 1, dy, 0, &err) == 0);
+            cw_fetch(y1, dy, (size_t)rows);
+            ck_assert_msg(!memcmp(y1, y8 + i * rows, rows * sizeof *y1), "%s: token %d alone differs",
+                          type_name(type), i);
+        }
+        cudaFree(dw);
+        cudaFree(dx);
+        cudaFree(dy);
+        free(w);
+        free(x);
+        free(y8);
+        free(y1);
+    }
+}
+END_TEST
+
+/* MoE decode: the expert index comes from device memory. */
+START_TEST(matvec_expert_by_pointer)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t rows = 96, cols = 512, ne = 3;
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        const size_t eb = cuda_weight_bytes(type, rows, cols);
+        uint8_t *dw = NULL;
+        ck_assert(cudaMalloc((void **)&dw, ne * eb) == cudaSuccess);
+        uint8_t *w2 = NULL;
+        strata_error err = {0};
+        for (int e = 0; e < ne; e++) {
+            uint8_t *w = cw_random_weights(type, rows, cols, 500 + 10 * ti + e);
+            ck_assert(cuda_weight_upload(type, rows, cols, w, dw + e * eb, 0, &err) == 0);
+            if (e == 2)
+                w2 = w;
+            else
+                free(w);
+        }
+        float x[2 * 512], ref[2 * 96], y[2 * 96];
+        test_fill_normal(x, 2 * cols, 1.0f, 3);
+        cpu_matmul(type, w2, rows, cols, x, 2, ref);
+        const int32_t two = 2;
+        int32_t *did = cw_dev_copy(&two, sizeof two);
+        float *dx = cw_dev_copy(x, sizeof x), *dy = NULL;
+        ck_assert(cudaMalloc((void **)&dy, sizeof y) == cudaSuccess);
+        cw_poison(dy, 2 * rows);
+        ck_assert(cuda_matvec_expert(type, dw, rows, cols, did, dx, 2, dy, 0, &err) == 0);
+        cw_fetch(y, dy, 2 * rows);
+        ck_assert_msg(cw_rel_err(y, ref, 2 * rows) < cw_tolerance(type), "%s expert 2", type_name(type));
+        cudaFree(dw);
+        cudaFree(did);
+        cudaFree(dx);
+        cudaFree(dy);
+        free(w2);
+    }
+}
+END_TEST
+
+/* cuda_embed returns exactly cpu_embed's row; a bad id gives NaN. */
+START_TEST(embed_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t rows = 37, cols = 768;
+    const int32_t ids[] = {0, 36, 17, 8, 15, 16, 37, -1};
+    const int nt = (int)(sizeof ids / sizeof ids[0]);
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        uint8_t *w = cw_random_weights(type, rows, cols, 900 + ti);
+        void *dw = cw_upload(type, rows, cols, w);
+        int32_t *did = cw_dev_copy(ids, sizeof ids);
+        float *dout = NULL, *out = malloc(nt * cols * sizeof *out), ref[768];
+        ck_assert(cudaMalloc((void **)&dout, nt * cols * sizeof(float)) == cudaSuccess);
+        strata_error err = {0};
+        ck_assert_msg(cuda_embed(type, dw, rows, cols, did, nt, dout, 0, &err) == 0, "%s", err.msg);
+        cw_fetch(out, dout, (size_t)(nt * cols));
+        for (int i = 0; i < nt; i++) {
+            if (ids[i] < 0 || ids[i] >= rows) {
+                ck_assert(isnan(out[i * cols]) && isnan(out[i * cols + cols - 1]));
+                continue;
+            }
+            cpu_embed(type, w, cols, ids[i], ref);
+            ck_assert_msg(!memcmp(out + i * cols, ref, sizeof ref), "%s row %d differs", type_name(type), ids[i]);
+        }
+        cudaFree(dw);
+        cudaFree(did);
+        cudaFree(dout);
+        free(w);
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(matvec_rejects_bad_arguments)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    strata_error err = {0};
+    float *d = NULL;
+    ck_assert(cudaMalloc((void **)&d, 4096) == cudaSuccess);
+    ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q8_0, d, 16, 32, d, 0, d, 0, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q8_0, d, 16, 32, d, 9, d, 0, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q4_1, d, 16, 32, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_matvec(GGML_TYPE_IQ3_XXS, d, 16, 128, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_weight_bytes(GGML_TYPE_F16, 4, 12), 0);
+    ck_assert(cuda_weight_supported(GGML_TYPE_IQ3_XXS) && !cuda_weight_supported(GGML_TYPE_Q6_K));
+    cudaFree(d);
+}
+END_TEST
+
+#else
+
+START_TEST(matvec_matches_reference) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(matvec_batch_invariant) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(matvec_expert_by_pointer) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(embed_matches_cpu) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("built without CUDA"); }
+END_TEST
+
+#endif
+
+static Suite *cuda_matvec_suite(void)
+{
+    Suite *s = suite_create("cuda_matvec");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, matvec_matches_reference);
+    tcase_add_test(tc, matvec_batch_invariant);
+    tcase_add_test(tc, matvec_expert_by_pointer);
+    tcase_add_test(tc, embed_matches_cpu);
+    tcase_add_test(tc, matvec_rejects_bad_arguments);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_SUITE(cuda_matvec_suite)
