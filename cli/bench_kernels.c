@@ -19,9 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench.h"
 #include "model/quant.h"
-
-int bench_kernels(int argc, char **argv);
 
 #ifndef STRATA_CUDA
 
