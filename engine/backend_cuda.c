@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend_cuda.h"
+#include "park.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "model/quant.h"
@@ -137,7 +138,11 @@ kv_allocator cuda_kv_allocator(strata_engine *e, stage *st)
 static int worker_init(int stage_index, void *ctx)
 {
     strata_engine *e = ctx;
-    return cudaSetDevice(e->stages[stage_index].device) == cudaSuccess ? 0 : STRATA_E_DEVICE;
+    int dev = e->stages[stage_index].device;
+    if (cudaSetDevice(dev) != cudaSuccess)
+        return strata_err(stagepool_stage_error(), STRATA_E_DEVICE, "cudaSetDevice(%d) failed", dev);
+    /* The worker's thread-local copy stream, made once for its whole life. */
+    return park_cuda_worker_init(dev, stagepool_stage_error());
 }
 
 void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h)

@@ -38,9 +38,10 @@ void strata_seq_truncate(strata_seq *s, int n)
 {
     if (n < 0)
         n = 0;
-    if (n >= s->n_tokens)
-        return;
-    s->n_tokens = n;
+    /* Also when n == n_tokens: pages reserved past the history (a failed
+     * feed's) go back to the pool. */
+    if (n < s->n_tokens)
+        s->n_tokens = n;
     for (int i = 0; i < s->e->n_stages; i++)
         kv_seq_truncate(&s->kv[i], s->e->stages[i].kv, n);
 }
