@@ -131,18 +131,9 @@ int cmd_chat(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        int r = cli_opts_parse(&o, "chat", argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 0) {
-            fprintf(stderr, "strata-cli chat: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
+    int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
+    if (st >= 0)
+        return st;
     }
     if (cli_opts_default_model(&o, "chat"))
         return 1;

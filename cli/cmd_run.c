@@ -24,18 +24,9 @@ int cmd_run(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        int r = cli_opts_parse(&o, "run", argc, argv, &i);
-        if (r < 0)
-            return 2;
-        if (r == 0) {
-            fprintf(stderr, "strata-cli run: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
+    int st = cli_opts_parse_all(&o, "run", argc, argv, usage);
+    if (st >= 0)
+        return st;
     }
     if (!o.prompt) {
         fprintf(stderr, "strata-cli run: no prompt (-p TEXT)\n");

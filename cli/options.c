@@ -144,6 +144,25 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
     return 1;
 }
 
+int cli_opts_parse_all(cli_opts *o, const char *cmd, int argc, char **argv,
+                       void (*usage)(FILE *f))
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        int r = cli_opts_parse(o, cmd, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r == 0) {
+            fprintf(stderr, "strata-cli %s: unknown option '%s' (see --help)\n", cmd, argv[i]);
+            return 2;
+        }
+    }
+    return -1;
+}
+
 void cli_opts_help(FILE *f)
 {
     fprintf(f,

@@ -24,6 +24,10 @@ void cli_opts_init(cli_opts *o);
 /* Try to consume argv[*i] (and its value).  Returns 1 if consumed, 0 if not
  * an option of this set, -1 on a bad value (message printed). */
 int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i);
+/* Parse a whole command line of shared options: returns -1 to go on, or
+ * the exit status to return (0 after --help, 2 on a bad or unknown option). */
+int cli_opts_parse_all(cli_opts *o, const char *cmd, int argc, char **argv,
+                       void (*usage)(FILE *f));
 /* The help text for the shared options. */
 void cli_opts_help(FILE *f);
 /* Fill model_path with the demo model's cache path if -m was not given.
