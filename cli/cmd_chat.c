@@ -134,7 +134,6 @@ int cmd_chat(int argc, char **argv)
     int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
     if (st >= 0)
         return st;
-    }
     if (cli_opts_default_model(&o, "chat"))
         return 1;
     o.chat = 1;

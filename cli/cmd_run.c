@@ -27,7 +27,6 @@ int cmd_run(int argc, char **argv)
     int st = cli_opts_parse_all(&o, "run", argc, argv, usage);
     if (st >= 0)
         return st;
-    }
     if (!o.prompt) {
         fprintf(stderr, "strata-cli run: no prompt (-p TEXT)\n");
         return 2;
