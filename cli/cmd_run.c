@@ -24,9 +24,9 @@ int cmd_run(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
-    int st = cli_opts_parse_all(&o, "run", argc, argv, usage);
-    if (st >= 0)
-        return st;
+    int status = cli_opts_parse_all(&o, "run", argc, argv, usage);
+    if (status >= 0)
+        return status;
     if (!o.prompt) {
         fprintf(stderr, "strata-cli run: no prompt (-p TEXT)\n");
         return 2;
