@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "model/quant.h"
 #include "sample.h"
+#include "trace.h"
 
 #define MAX_GRAPH_ROWS 64
 
@@ -543,6 +544,23 @@ static int moe_ffn(strata_engine *e, cuda_stage *cs, const dlayer *d, int n, str
     return rc;
 }
 
+/* STRATA_TRACE: copy the first row of a device vector back and print it
+ * (prompt chunks only: never inside a graph capture). */
+static int dtrace(cuda_stage *cs, const call *c, const char *what, int layer, const float *d,
+                  long n, strata_error *err)
+{
+    if (!trace_on() || c->decode)
+        return 0;
+    float *h = malloc((size_t)n * sizeof *h);
+    if (!h)
+        return 0;
+    CUDA_CHECK(err, cudaStreamSynchronize(cs->compute));
+    CUDA_CHECK(err, cudaMemcpy(h, d, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost));
+    trace_vec(what, layer, h, n);
+    free(h);
+    return 0;
+}
+
 /* Every kernel of one stage for one call, on the stage's compute stream
  * (captured into a graph for decode steps). */
 static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
@@ -561,6 +579,8 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
     if (st->index == 0)
         rc = cuda_embed(cs->tok_embd.type, cs->tok_embd.d, cs->tok_embd.rows, D, tokens, n, cs->x,
                         cs->compute, err);
+    if (!rc && st->index == 0)
+        rc = dtrace(cs, c, "embed", -1, cs->x, D, err);
     for (int il = st->l0; il < st->l1 && !rc; il++) {
         const dlayer *d = &cs->layers[il - st->l0];
         kv_view kv = kv_pool_view(st->kv, il - st->l0, pages);
@@ -568,6 +588,10 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
         rc = rc ? rc : matmul(cs, &d->wq, cs->xb, n, cs->q, err);
         rc = rc ? rc : matmul(cs, &d->wk, cs->xb, n, cs->k, err);
         rc = rc ? rc : matmul(cs, &d->wv, cs->xb, n, cs->v, err);
+        rc = rc ? rc : dtrace(cs, c, "attn_norm", il, cs->xb, D, err);
+        rc = rc ? rc : dtrace(cs, c, "q", il, cs->q, dq, err);
+        rc = rc ? rc : dtrace(cs, c, "k", il, cs->k, dkv, err);
+        rc = rc ? rc : dtrace(cs, c, "v", il, cs->v, dkv, err);
         if (!rc && d->bq) {
             rc = cuda_bias_add(cs->q, d->bq, n, dq, dq, cs->compute, err);
             rc = rc ? rc : cuda_bias_add(cs->k, d->bk, n, dkv, dkv, cs->compute, err);
@@ -583,14 +607,17 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
                                  cs->compute, err);
         rc = rc ? rc : cuda_rope(cs->k, n, hp->n_head_kv, hp->head_dim, dkv, tok_pos, &rp,
                                  cs->compute, err);
-        rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, seq_pos, cs->k,
+        rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, cs->k,
                                      dkv, cs->v, dkv, cs->compute, err);
         rc = rc ? rc : cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, e->n_ctx,
                                       cs->q, dq, hp->n_head, scale, cs->att, dq, cs->att_scratch,
                                       cs->att_scratch_bytes, cs->compute, err);
+        rc = rc ? rc : dtrace(cs, c, "q_rope", il, cs->q, dq, err);
+        rc = rc ? rc : dtrace(cs, c, "att", il, cs->att, dq, err);
         rc = rc ? rc : matmul(cs, &d->wo, cs->att, n, cs->xb, err);
         rc = rc ? rc : cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
         rc = rc ? rc : cuda_rmsnorm(cs->x, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute, err);
+        rc = rc ? rc : dtrace(cs, c, "h", il, cs->x, D, err);
         if (rc)
             break;
         if (hp->n_expert) {
@@ -603,6 +630,7 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
             rc = rc ? rc : matmul(cs, &d->down, cs->hb, n, cs->xb, err);
             rc = rc ? rc : cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
         }
+        rc = rc ? rc : dtrace(cs, c, "out", il, cs->x, D, err);
     }
     if (!rc && st->index == e->n_stages - 1) {
         /* A prompt chunk usually needs the logits of its last row only. */
@@ -612,6 +640,9 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
                           cs->compute, err);
         if (rows > 0)
             rc = rc ? rc : matmul(cs, &cs->output, cs->xb, rows, cs->logits, err);
+        for (int r = 0; r < rows && !rc && trace_on(); r++)
+            rc = dtrace(cs, c, "logits", first + r, cs->logits + (size_t)r * hp->n_vocab,
+                        hp->n_vocab, err);
     }
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "engine_internal.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
+#include "trace.h"
 
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err)
 {
@@ -82,6 +83,12 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     matmul(&L->wq, 0, s->xb, n, s->q);
     matmul(&L->wk, 0, s->xb, n, s->k);
     matmul(&L->wv, 0, s->xb, n, s->v);
+    if (trace_on()) {
+        trace_vec("attn_norm", il, s->xb, D);
+        trace_vec("q", il, s->q, dq);
+        trace_vec("k", il, s->k, dkv);
+        trace_vec("v", il, s->v, dkv);
+    }
     add_bias(s->q, L->bq, n, dq);
     add_bias(s->k, L->bk, n, dkv);
     add_bias(s->v, L->bv, n, dkv);
@@ -103,6 +110,10 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     for (int r = 0; r < n; r++) {
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
         cpu_attention(s->q + r * dq, hp->n_head, &kv, rows[r].pos + 1, scale, s->att + r * dq);
+    }
+    if (trace_on()) {
+        trace_vec("q_rope", il, s->q, dq);
+        trace_vec("att", il, s->att, dq);
     }
     matmul(&L->wo, 0, s->att, n, s->xb);
     for (int r = 0; r < n; r++)
@@ -176,22 +187,28 @@ static void stage_forward(strata_engine *e, const stage *st, const fwd_row *rows
     if (st->index == 0)
         for (int r = 0; r < n; r++)
             cpu_embed(m->tok_embd.type, m->tok_embd.data, D, rows[r].token, s->x + r * D);
+    if (trace_on() && st->index == 0)
+        trace_vec("embed", -1, s->x, D);
     for (int il = st->l0; il < st->l1; il++) {
         const layer_weights *L = &m->layers[il];
         attention_block(e, st, il, rows, n);
         for (int r = 0; r < n; r++)
             cpu_rmsnorm(s->x + r * D, L->ffn_norm, D, m->hp.eps, s->xb + r * D);
+        if (trace_on())
+            trace_vec("h", il, s->x, D);
         if (m->hp.n_expert)
             ffn_moe(e, L, n);
         else
             ffn_dense(e, L, n);
+        if (trace_on())
+            trace_vec("out", il, s->x, D);
     }
 }
 
 int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
                 strata_error *err)
 {
-    (void)decode; /* the CPU reference has one arithmetic for both roles */
+    /* the CPU reference has one arithmetic for both roles */
     const model *m = e->m;
     int64_t D = m->hp.n_embd, V = m->hp.n_vocab;
     if (n > e->cpu.rows)
@@ -207,6 +224,8 @@ int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float 
             continue;
         cpu_rmsnorm(s->x + r * D, m->output_norm, D, m->hp.eps, s->xb);
         matmul(&m->output, 0, s->xb, 1, logits + (size_t)rows[r].logits * V);
+        if (trace_on() && !decode)
+            trace_vec("logits", r, logits + (size_t)rows[r].logits * V, V);
     }
     return 0;
 }
