@@ -108,6 +108,122 @@ int cuda_read_probe(const void *buf, size_t bytes, uint32_t *sink,
  * Forward-pass operations (cuo): norm, rope, attention, kv, moe, sampling
  * ====================================================================== */
 
+#include "kernels/ops.h" /* kv_view, KV_PAGE, rope_params */
+
+/* Device pointers in, a stream, no allocation, no host synchronisation;
+ * values that change per step (positions) are read from device arrays, so
+ * a captured CUDA graph stays valid.  Each returns 0 or a STRATA_E_* code
+ * with err filled (STRATA_E_DEVICE for a CUDA failure).  Every kernel has a
+ * CPU twin in kernels/ops.h; tolerances in test/test_cuda_ops.c and
+ * test/test_cuda_attention.c.  Invariance: each row's / token's result is
+ * independent of how many rows share the launch. */
+
+/* y[r] = rmsnorm(x[r]) * w for n_rows rows of n (contiguous); y may alias
+ * x.  Twin: cpu_rmsnorm. */
+int cuda_rmsnorm(const float *x, const float *w, float *y, int n_rows, int64_t n, float eps,
+                 cudaStream_t stream, strata_error *err);
+/* In place: n_rows rows `stride` floats apart, each with n_heads vectors of
+ * head_dim at its start, normalised with the shared w[head_dim].  Twin:
+ * cpu_rmsnorm_heads. */
+int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_heads, int head_dim,
+                       int64_t stride, float eps, cudaStream_t stream, strata_error *err);
+
+/* RoPE in place on n_tok rows (`stride` floats apart) of n_heads vectors of
+ * head_dim; token i at position d_pos[i].  rp is read on the host at the
+ * call (its values are baked into a captured graph); rp->freq_factors, when
+ * not NULL, is a DEVICE pointer (n_rot/2 floats).  Twin: cpu_rope. */
+int cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int64_t stride,
+              const int32_t *d_pos, const rope_params *rp, cudaStream_t stream,
+              strata_error *err);
+
+/* y[i] = silu(gate[i]) * up[i]; y may alias gate.  Twin: cpu_swiglu. */
+int cuda_swiglu(const float *gate, const float *up, float *y, int64_t n, cudaStream_t stream,
+                strata_error *err);
+/* y[i] += x[i].  Twin: cpu_add (bit-exact). */
+int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, strata_error *err);
+/* y[r * stride + i] += b[i] for r < n_rows, i < n (qwen2 q/k/v biases). */
+int cuda_bias_add(float *y, const float *b, int n_rows, int64_t n, int64_t stride,
+                  cudaStream_t stream, strata_error *err);
+
+/* Append K and V rows to the paged cache, bit-exact with cpu_kv_store.
+ * kv: device pointers; kv->pages holds n_seq page-table rows page_stride
+ * apart.  Token i (0 <= i < n_seq * n_tok) belongs to sequence i / n_tok,
+ * sits at position d_pos[i], and its k (v) row of n_kv_head * head_dim
+ * floats starts at k + i * k_stride (v + i * v_stride).  Decode: n_tok = 1,
+ * one token per sequence; prefill: n_seq = 1. */
+int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
+                  const int32_t *d_pos, const float *k, int64_t k_stride, const float *v,
+                  int64_t v_stride, cudaStream_t stream, strata_error *err);
+
+/* Attention over the paged cache (k8v4 or f16), twin of cpu_attention.
+ * Sequence b (< n_seq) has n_tok query tokens at positions d_pos[b] + i
+ * (the cache already holds them); query row (b * n_tok + i) starts at
+ * q + (b * n_tok + i) * q_stride with n_head * head_dim floats (16-byte
+ * aligned, q_stride a multiple of 4); out likewise with out_stride.
+ * Decode (n_tok = 1) splits the context into fixed chunks (flash-decoding)
+ * and needs `scratch` of cuda_attention_scratch_bytes(kv, n_head, n_seq,
+ * max_ctx) bytes, ZEROED ONCE after allocation (it holds tickets that the
+ * kernel leaves at zero); every position + 1 must be <= max_ctx.  Prefill
+ * needs no scratch.  A query's output is bit-identical whether it is
+ * computed by decode or by prefill with any chunking or batch.  Head dims
+ * 64/128/256 with n_head / n_kv_head <= 8 take the tensor-core kernel,
+ * other shapes the plain one. */
+size_t cuda_attention_scratch_bytes(const kv_view *kv, int n_head, int n_seq, int max_ctx);
+int cuda_attention(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                   int n_tok, int max_ctx, const float *q, int64_t q_stride, int n_head,
+                   float scale, float *out, int64_t out_stride, void *scratch,
+                   size_t scratch_bytes, cudaStream_t stream, strata_error *err);
+/* The plain reference kernel (one warp per query head, f32), same contract
+ * without scratch. */
+int cuda_attention_plain(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                         int n_tok, const float *q, int64_t q_stride, int n_head, float scale,
+                         float *out, int64_t out_stride, cudaStream_t stream,
+                         strata_error *err);
+/* Lab only (bench_attention): tokens per decode chunk (multiple of 64;
+ * anything else restores the default 1024).  Changes result bits; the
+ * engine never calls it. */
+void cuda_attention_set_chunk(int tokens);
+/* Lab only: read `bytes` (multiple of 16) of device memory with 16-byte
+ * loads, the bandwidth ceiling bench_attention compares with; d_sink: 1024
+ * words it may write. */
+int cuda_stream_read(const void *buf, size_t bytes, unsigned *d_sink, cudaStream_t stream,
+                     strata_error *err);
+
+/* Index of the largest of n logits per row (rows `stride` apart), lowest
+ * index on ties.  Twin: cpu_argmax. */
+int cuda_argmax(const float *logits, int n_rows, int64_t n, int64_t stride, int32_t *d_out,
+                cudaStream_t stream, strata_error *err);
+
+#define CUDA_SAMPLE_MAX_K 256
+typedef struct cuda_sample_params {
+    float temp;  /* <= 0: greedy (argmax) */
+    int top_k;   /* 1..CUDA_SAMPLE_MAX_K (else STRATA_E_UNSUPPORTED) */
+    float top_p; /* >= 1: off */
+    float min_p; /* <= 0: off */
+} cuda_sample_params;
+/* One token per row by engine/sample.c's chain after the penalty (top-k,
+ * top-p, min-p, temperature, draw with d_uniform[row] in [0,1)). */
+int cuda_sample(const float *logits, int n_rows, int64_t n_vocab, int64_t stride,
+                const cuda_sample_params *p, const float *d_uniform, int32_t *d_out,
+                cudaStream_t stream, strata_error *err);
+
+/* MoE (FORMATS.md §4.5; see kernels/cuda/moe.cu for the whole flow).
+ * route: per token, softmax over n_expert logits, top-k, renormalised:
+ * d_sel[n_tok][k] expert ids, d_w[n_tok][k] weights (n_expert <= 256,
+ * k <= 64).  group: the flat indices t*k+j sorted by expert (d_rows), their
+ * inverse (d_inv) and d_offsets[n_expert + 1].  gather: xg[r] =
+ * x[d_rows[r] / k].  combine: out[t] = sum_j w[t][j] * y[row] with row =
+ * d_inv[t*k+j] (or t*k+j when d_inv is NULL), j ascending. */
+int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t *d_sel,
+                   float *d_w, cudaStream_t stream, strata_error *err);
+int cuda_moe_group(const int32_t *d_sel, int n_tok, int k, int n_expert, int32_t *d_offsets,
+                   int32_t *d_rows, int32_t *d_inv, cudaStream_t stream, strata_error *err);
+int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *d_rows,
+                    float *xg, cudaStream_t stream, strata_error *err);
+int cuda_moe_combine(const float *y, const float *d_w, const int32_t *d_inv, int n_tok, int k,
+                     int64_t D, float *out, cudaStream_t stream, strata_error *err);
+/* ==== end of cuo's section ================================================ */
+
 #ifdef __cplusplus
 }
 #endif

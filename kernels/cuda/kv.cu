@@ -1,0 +1,123 @@
+/* kv.cu: append K and V rows to the paged KV cache on the card.
+ *
+ * Twin of cpu_kv_store (kernels/ops.h), bit for bit: K becomes Q8_0 and V
+ * Q4_0 by ggml's recipes (FORMATS.md §3.1, §3.2), with the fp16 scales kept
+ * apart from the quants; or both stay f16 (KV_F16).  Positions come from a
+ * device array, so a captured decode graph stays valid as they move.
+ *
+ * Bit-exactness: every float operation is the CPU's, in the CPU's order and
+ * rounding: d = amax / 127 (IEEE division), id = 1 / d, q = roundf(x * id)
+ * with the product rounded on its own (__fmul_rn, no FMA: the reference is
+ * ISO C11, which does not contract); Q4_0's code is
+ * trunc(x * id + 8.5) with both steps rounded; fp16 is round-to-nearest-even
+ * (__float2half_rn).  The block maximum is an exact operation, so its
+ * reduction order does not matter; Q4_0's "first element with the largest
+ * |x|" is a (|x|, lowest index) maximum, also order-free.
+ *
+ * Layout and speed: one warp per 32-element block (one lane per element),
+ * shuffles for the block maximum, lanes 0..15 pack the nibble pairs.  A
+ * token's K+V is a few hundred bytes: the kernel is latency-bound and runs
+ * once per layer per step. */
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+
+#define KV_WARPS 4
+
+__device__ __forceinline__ uint16_t f2h_bits(float f)
+{
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+/* Index of token `pos` of kv head h in a pool with `per_tok` elements per
+ * token: [page][head][KV_PAGE][per_tok]. */
+__device__ __forceinline__ int64_t kv_slot(const int32_t *pages, int n_kv_head, int32_t pos,
+                                           int h)
+{
+    int64_t page = pages[pos / KV_PAGE];
+    return (page * n_kv_head + h) * KV_PAGE + pos % KV_PAGE;
+}
+
+/* One warp per (token, kv head, 32-block). */
+__global__ void __launch_bounds__(KV_WARPS * 32)
+kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32_t *pos,
+                const float *k, int64_t k_stride, const float *v, int64_t v_stride)
+{
+    int hd = kv.head_dim, nb = hd / 32;
+    int64_t w = (int64_t)blockIdx.x * KV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (w >= (int64_t)n_total * kv.n_kv_head * nb)
+        return;
+    int b = (int)(w % nb);
+    int h = (int)((w / nb) % kv.n_kv_head);
+    int i = (int)(w / ((int64_t)nb * kv.n_kv_head));
+    int seq = i / n_tok;
+    int32_t p = pos[i];
+    int64_t slot = kv_slot(kv.pages + (int64_t)seq * page_stride, kv.n_kv_head, p, h);
+    float xk = k[(int64_t)i * k_stride + (int64_t)h * hd + 32 * b + lane];
+    float xv = v[(int64_t)i * v_stride + (int64_t)h * hd + 32 * b + lane];
+
+    if (kv.type == KV_F16) {
+        kv.kh[slot * hd + 32 * b + lane] = f2h_bits(xk);
+        kv.vh[slot * hd + 32 * b + lane] = f2h_bits(xv);
+        return;
+    }
+
+    /* K: Q8_0. */
+    float amax = fabsf(xk);
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float dk = __fdiv_rn(amax, 127.0f);
+    float idk = dk != 0.0f ? __fdiv_rn(1.0f, dk) : 0.0f;
+    kv.kq[slot * hd + 32 * b + lane] = (int8_t)roundf(__fmul_rn(xk, idk));
+    if (lane == 0)
+        kv.kd[slot * nb + b] = f2h_bits(dk);
+
+    /* V: Q4_0.  The element of largest |x|, the first one on ties. */
+    float best = fabsf(xv);
+    int bi = lane;
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) {
+            best = ob;
+            bi = oi;
+        }
+    }
+    float vmax = __shfl_sync(0xffffffffu, xv, bi);
+    if (!(best > 0.0f))
+        vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */
+    float dv = __fdiv_rn(vmax, -8.0f);
+    float idv = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
+    int code = (int)__fadd_rn(__fmul_rn(xv, idv), 8.5f);
+    code = code < 15 ? code : 15;
+    int hi = __shfl_down_sync(0xffffffffu, code, 16);
+    if (lane < 16)
+        kv.vq[slot * (hd / 2) + 16 * b + lane] = (uint8_t)(code | (hi << 4));
+    if (lane == 0)
+        kv.vd[slot * nb + b] = f2h_bits(dv);
+}
+
+extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
+                             const int32_t *d_pos, const float *k, int64_t k_stride,
+                             const float *v, int64_t v_stride, cudaStream_t stream,
+                             strata_error *err)
+{
+    if (n_seq <= 0 || n_tok <= 0)
+        return 0;
+    if (kv->head_dim <= 0 || kv->head_dim % 32)
+        return strata_err(err, STRATA_E_ARG, "cuda_kv_store: head_dim %d is not a multiple of 32",
+                          kv->head_dim);
+    if (kv->type != KV_K8V4 && kv->type != KV_F16)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_kv_store: kv type %d", kv->type);
+    int64_t warps = (int64_t)n_seq * n_tok * kv->n_kv_head * (kv->head_dim / 32);
+    int blocks = (int)((warps + KV_WARPS - 1) / KV_WARPS);
+    kv_store_kernel<<<blocks, KV_WARPS * 32, 0, stream>>>(*kv, page_stride, n_tok, n_seq * n_tok,
+                                                         d_pos, k, k_stride, v, v_stride);
+    CUDA_CHECK_LAUNCH(err, "kv_store");
+    return 0;
+}

@@ -1,0 +1,671 @@
+/* test_cuda_ops.c: suite "cuda_ops" — the non-weight CUDA kernels against
+ * their CPU twins (kernels/ops.h, engine/sample.c, engine/forward_cpu.c's MoE
+ * routing) on random (never zero) inputs, several shapes with ragged tails.
+ *
+ * Tolerances (stated per kernel; "ulp-level" means the arithmetic is the
+ * CPU's, in its order, and only a libm function may differ by an ulp):
+ *   rmsnorm, rmsnorm_heads   |d| <= 1e-6 |ref| + 1e-30  (double sums)
+ *   rope                     |d| <= 2e-6 (|a| + |b|)    (double angles)
+ *   swiglu                   |d| <= 1e-6 |ref| + 1e-30  (expf, 2 ulp)
+ *   add, bias_add            bit-exact
+ *   kv_store (k8v4, f16)     bit-exact pool bytes
+ *   argmax, sample           the same token
+ *   moe_route                same experts, weights |d| <= 1e-6
+ *   moe group/gather/combine bit-exact
+ * Invariance: a row computed alone equals the same row inside a batch, bit
+ * for bit (rmsnorm, rope, kv_store). */
+#include "testutil.h"
+
+#ifdef STRATA_CUDA
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "engine/sample.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "model/quant.h"
+
+/* ---- device helpers ------------------------------------------------------ */
+
+#define CK(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
+#define OK(call)                                                                          \
+    do {                                                                                  \
+        strata_error e_;                                                                  \
+        strata_err_clear(&e_);                                                            \
+        int rc_ = (call);                                                                 \
+        ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg);                         \
+    } while (0)
+
+static void *dup_to_dev(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes)
+        CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMemset(d, 0xff, bytes ? bytes : 1)); /* poison: NaN floats, -1 ints */
+    return d;
+}
+
+static void to_host(void *h, const void *d, size_t bytes)
+{
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+static float *rnd(size_t n, float scale, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    test_fill_normal(x, n, scale, seed);
+    return x;
+}
+
+static int close_rel(float got, float ref, float rel)
+{
+    return fabsf(got - ref) <= rel * fabsf(ref) + 1e-30f;
+}
+
+/* ---- rmsnorm --------------------------------------------------------------- */
+
+START_TEST(rmsnorm_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t ns[] = {576, 896, 1001, 4096};
+    const int rows_[] = {1, 3, 7};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        for (size_t b = 0; b < 3; b++) {
+            int64_t n = ns[a];
+            int rows = rows_[b];
+            float *x = rnd((size_t)rows * n, 2.0f, 11 + a * 7 + b);
+            float *w = rnd((size_t)n, 1.0f, 99 + a);
+            float *ref = malloc((size_t)rows * n * sizeof *ref);
+            float *got = malloc((size_t)rows * n * sizeof *got);
+            for (int r = 0; r < rows; r++)
+                cpu_rmsnorm(x + r * n, w, n, 1e-6f, ref + r * n);
+            float *dx = dup_to_dev(x, (size_t)rows * n * 4), *dw = dup_to_dev(w, (size_t)n * 4);
+            float *dy = dev_alloc((size_t)rows * n * 4);
+            OK(cuda_rmsnorm(dx, dw, dy, rows, n, 1e-6f, 0, &e_));
+            to_host(got, dy, (size_t)rows * n * 4);
+            int bad = 0;
+            for (int64_t i = 0; i < rows * n; i++)
+                bad += !close_rel(got[i], ref[i], 1e-6f);
+            ck_assert_msg(!bad, "rmsnorm n=%lld rows=%d: %d elements off", (long long)n, rows, bad);
+            /* invariance: the last row alone, bit for bit */
+            float *alone = malloc((size_t)n * 4);
+            OK(cuda_rmsnorm(dx + (rows - 1) * n, dw, dy, 1, n, 1e-6f, 0, &e_));
+            to_host(alone, dy, (size_t)n * 4);
+            ck_assert(!memcmp(alone, got + (rows - 1) * n, (size_t)n * 4));
+            /* in place */
+            OK(cuda_rmsnorm(dx, dw, dx, rows, n, 1e-6f, 0, &e_));
+            to_host(alone, dx, (size_t)n * 4);
+            ck_assert(!memcmp(alone, got, (size_t)n * 4));
+            cudaFree(dx);
+            cudaFree(dw);
+            cudaFree(dy);
+            free(alone);
+            free(x);
+            free(w);
+            free(ref);
+            free(got);
+        }
+    }
+}
+END_TEST
+
+START_TEST(rmsnorm_heads_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int hds[] = {64, 128, 256};
+    for (int a = 0; a < 3; a++) {
+        int hd = hds[a], nh = 5, rows = 3;
+        int64_t stride = (int64_t)nh * hd + 16; /* a gap that must stay untouched */
+        size_t n = (size_t)rows * stride;
+        float *x = rnd(n, 1.5f, 300 + a), *w = rnd((size_t)hd, 1.0f, 400 + a);
+        float *ref = malloc(n * 4), *got = malloc(n * 4);
+        memcpy(ref, x, n * 4);
+        for (int r = 0; r < rows; r++)
+            cpu_rmsnorm_heads(ref + r * stride, w, nh, hd, 1e-6f);
+        float *dx = dup_to_dev(x, n * 4), *dw = dup_to_dev(w, (size_t)hd * 4);
+        OK(cuda_rmsnorm_heads(dx, dw, rows, nh, hd, stride, 1e-6f, 0, &e_));
+        to_host(got, dx, n * 4);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += !close_rel(got[i], ref[i], 1e-6f);
+        ck_assert_msg(!bad, "rmsnorm_heads hd=%d: %d off", hd, bad);
+        cudaFree(dx);
+        cudaFree(dw);
+        free(x);
+        free(w);
+        free(ref);
+        free(got);
+    }
+}
+END_TEST
+
+/* ---- rope ---------------------------------------------------------------- */
+
+START_TEST(rope_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    struct {
+        int hd, n_rot, neox, ff;
+        float base, scale;
+    } cases[] = {
+        {64, 64, 0, 0, 100000.0f, 1.0f},   {64, 64, 1, 0, 1e6f, 1.0f},
+        {128, 128, 0, 1, 500000.0f, 1.0f}, {128, 128, 1, 0, 1e6f, 0.25f},
+        {64, 32, 1, 0, 10000.0f, 1.0f},    {256, 256, 1, 1, 10000.0f, 1.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int hd = cases[ci].hd, nh = 7, n_tok = 9;
+        int64_t stride = (int64_t)nh * hd + 8;
+        size_t n = (size_t)n_tok * stride;
+        float *x = rnd(n, 1.0f, 500 + ci), *ref = malloc(n * 4), *got = malloc(n * 4);
+        int32_t pos[9] = {0, 1, 2, 17, 255, 256, 4097, 32767, 131071};
+        float ff[128];
+        for (int i = 0; i < cases[ci].n_rot / 2; i++)
+            ff[i] = 1.0f + (float)(i % 7) * 0.5f;
+        rope_params rp = {cases[ci].n_rot, cases[ci].neox, cases[ci].base, cases[ci].scale,
+                          cases[ci].ff ? ff : NULL};
+        memcpy(ref, x, n * 4);
+        for (int t = 0; t < n_tok; t++)
+            cpu_rope(ref + t * stride, nh, hd, pos[t], &rp);
+        float *dx = dup_to_dev(x, n * 4);
+        int32_t *dpos = dup_to_dev(pos, sizeof pos);
+        float *dff = dup_to_dev(ff, sizeof ff);
+        rope_params drp = rp;
+        drp.freq_factors = cases[ci].ff ? dff : NULL;
+        OK(cuda_rope(dx, n_tok, nh, hd, stride, dpos, &drp, 0, &e_));
+        to_host(got, dx, n * 4);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += !(fabsf(ref[i] - got[i]) <= 2e-6f * (fabsf(ref[i]) + 1.0f));
+        ck_assert_msg(!bad, "rope case %zu: %d off", ci, bad);
+        /* invariance: token 7 alone gives the same bits as inside the batch */
+        CK(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+        OK(cuda_rope(dx + 7 * stride, 1, nh, hd, stride, dpos + 7, &drp, 0, &e_));
+        float *alone = malloc((size_t)stride * 4);
+        to_host(alone, dx + 7 * stride, (size_t)stride * 4);
+        ck_assert(!memcmp(alone, got + 7 * stride, (size_t)stride * 4));
+        free(alone);
+        cudaFree(dx);
+        cudaFree(dpos);
+        cudaFree(dff);
+        free(x);
+        free(ref);
+        free(got);
+    }
+}
+END_TEST
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+START_TEST(elementwise_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t ns[] = {1, 1003, 4096, 14336 * 3};
+    for (size_t a = 0; a < 4; a++) {
+        int64_t n = ns[a];
+        float *g = rnd((size_t)n, 3.0f, 600 + a), *u = rnd((size_t)n, 1.0f, 700 + a);
+        float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+        cpu_swiglu(g, u, n, ref);
+        float *dg = dup_to_dev(g, (size_t)n * 4), *du = dup_to_dev(u, (size_t)n * 4);
+        float *dy = dev_alloc((size_t)n * 4);
+        OK(cuda_swiglu(dg, du, dy, n, 0, &e_));
+        to_host(got, dy, (size_t)n * 4);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += !close_rel(got[i], ref[i], 1e-6f);
+        ck_assert_msg(!bad, "swiglu n=%lld: %d off", (long long)n, bad);
+        OK(cuda_swiglu(dg, du, dg, n, 0, &e_)); /* y aliases gate */
+        to_host(got, dg, (size_t)n * 4);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += !close_rel(got[i], ref[i], 1e-6f);
+        ck_assert_msg(!bad, "swiglu in place n=%lld: %d off", (long long)n, bad);
+
+        /* add: bit-exact */
+        CK(cudaMemcpy(dg, g, (size_t)n * 4, cudaMemcpyHostToDevice));
+        memcpy(ref, u, (size_t)n * 4);
+        cpu_add(ref, g, n);
+        OK(cuda_add(du, dg, n, 0, &e_));
+        to_host(got, du, (size_t)n * 4);
+        ck_assert_msg(!memcmp(got, ref, (size_t)n * 4), "add n=%lld", (long long)n);
+        cudaFree(dg);
+        cudaFree(du);
+        cudaFree(dy);
+        free(g);
+        free(u);
+        free(ref);
+        free(got);
+    }
+    /* bias add over strided rows */
+    int rows = 5;
+    int64_t n = 896 + 3, stride = 1000;
+    float *y = rnd((size_t)rows * stride, 1.0f, 800), *b = rnd((size_t)n, 1.0f, 801);
+    float *ref = malloc((size_t)rows * stride * 4), *got = malloc((size_t)rows * stride * 4);
+    memcpy(ref, y, (size_t)rows * stride * 4);
+    for (int r = 0; r < rows; r++)
+        cpu_add(ref + r * stride, b, n);
+    float *dy = dup_to_dev(y, (size_t)rows * stride * 4), *db = dup_to_dev(b, (size_t)n * 4);
+    OK(cuda_bias_add(dy, db, rows, n, stride, 0, &e_));
+    to_host(got, dy, (size_t)rows * stride * 4);
+    ck_assert(!memcmp(got, ref, (size_t)rows * stride * 4));
+    cudaFree(dy);
+    cudaFree(db);
+    free(y);
+    free(b);
+    free(ref);
+    free(got);
+}
+END_TEST
+
+/* ---- KV append ------------------------------------------------------------ */
+
+typedef struct host_pool {
+    kv_view v;     /* host pointers */
+    size_t bytes[4];
+    void *buf[4];
+} host_pool;
+
+static void pool_init(host_pool *p, int type, int n_kv_head, int hd, int n_pages)
+{
+    memset(p, 0, sizeof *p);
+    size_t rows = (size_t)n_pages * n_kv_head * KV_PAGE;
+    if (type == KV_K8V4) {
+        p->bytes[0] = rows * hd;
+        p->bytes[1] = rows * (hd / 32) * 2;
+        p->bytes[2] = rows * hd / 2;
+        p->bytes[3] = rows * (hd / 32) * 2;
+    } else {
+        p->bytes[0] = rows * hd * 2;
+        p->bytes[2] = rows * hd * 2;
+    }
+    for (int i = 0; i < 4; i++) {
+        p->buf[i] = p->bytes[i] ? malloc(p->bytes[i]) : NULL;
+        if (p->buf[i])
+            memset(p->buf[i], 0x5a, p->bytes[i]); /* stale bytes, not zeros */
+    }
+    p->v.type = type;
+    p->v.n_kv_head = n_kv_head;
+    p->v.head_dim = hd;
+    if (type == KV_K8V4) {
+        p->v.kq = p->buf[0];
+        p->v.kd = p->buf[1];
+        p->v.vq = p->buf[2];
+        p->v.vd = p->buf[3];
+    } else {
+        p->v.kh = p->buf[0];
+        p->v.vh = p->buf[2];
+    }
+}
+
+/* The same pool on the card: a kv_view of device pointers (pages: dpages). */
+static kv_view pool_upload(const host_pool *p, void *dbuf[4], const int32_t *dpages)
+{
+    kv_view d = p->v;
+    for (int i = 0; i < 4; i++)
+        dbuf[i] = p->bytes[i] ? dup_to_dev(p->buf[i], p->bytes[i]) : NULL;
+    d.pages = dpages;
+    d.kq = dbuf[0];
+    d.kd = dbuf[1];
+    d.vq = dbuf[2];
+    d.vd = dbuf[3];
+    d.kh = dbuf[0];
+    d.vh = dbuf[2];
+    if (p->v.type == KV_K8V4)
+        d.kh = d.vh = NULL;
+    else
+        d.kq = NULL, d.kd = NULL, d.vq = NULL, d.vd = NULL;
+    return d;
+}
+
+static void pool_free(host_pool *p)
+{
+    for (int i = 0; i < 4; i++)
+        free(p->buf[i]);
+}
+
+START_TEST(kv_store_bit_exact)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int hds[] = {64, 128, 256};
+    for (int type = 0; type < 2; type++) {
+        for (int a = 0; a < 3; a++) {
+            int hd = hds[a], nkv = 3, n_seq = 3, n_tok = 5, pages_per = 3;
+            int n_pages = n_seq * pages_per;
+            host_pool hp;
+            pool_init(&hp, type, nkv, hd, n_pages);
+            /* page tables: a shuffled assignment of the pool */
+            int32_t pages[9] = {4, 0, 7, 2, 8, 5, 1, 6, 3};
+            int32_t pos[15];
+            for (int s = 0; s < n_seq; s++)
+                for (int i = 0; i < n_tok; i++)
+                    pos[s * n_tok + i] = (int32_t)(s * 211 + i * 97 + 250) % (pages_per * KV_PAGE);
+            int64_t kstride = (int64_t)nkv * hd + 4, vstride = (int64_t)nkv * hd + 12;
+            float *k = rnd((size_t)n_seq * n_tok * kstride, 2.0f, 900 + a + type);
+            float *v = rnd((size_t)n_seq * n_tok * vstride, 0.7f, 950 + a + type);
+            /* edge blocks: all zeros; ties of |x| with opposite signs */
+            for (int j = 0; j < 32; j++) {
+                k[j] = 0.0f;
+                v[j] = 0.0f;
+                v[32 + j] = (j % 2 ? -1.5f : 1.5f) * (j < 8 ? 1.0f : 0.5f);
+            }
+            void *dbuf[4];
+            int32_t *dpages = dup_to_dev(pages, sizeof pages), *dpos = dup_to_dev(pos, sizeof pos);
+            kv_view dv = pool_upload(&hp, dbuf, dpages);
+            float *dk = dup_to_dev(k, (size_t)n_seq * n_tok * kstride * 4);
+            float *dvv = dup_to_dev(v, (size_t)n_seq * n_tok * vstride * 4);
+            OK(cuda_kv_store(&dv, pages_per, n_seq, n_tok, dpos, dk, kstride, dvv, vstride, 0, &e_));
+            for (int s = 0; s < n_seq; s++) {
+                hp.v.pages = pages + s * pages_per;
+                for (int i = 0; i < n_tok; i++) {
+                    int r = s * n_tok + i;
+                    cpu_kv_store(&hp.v, pos[r], k + r * kstride, v + r * vstride);
+                }
+            }
+            for (int b = 0; b < 4; b++) {
+                if (!hp.bytes[b])
+                    continue;
+                unsigned char *got = malloc(hp.bytes[b]);
+                to_host(got, dbuf[b], hp.bytes[b]);
+                size_t first = hp.bytes[b];
+                for (size_t i = 0; i < hp.bytes[b]; i++)
+                    if (got[i] != ((unsigned char *)hp.buf[b])[i]) {
+                        first = i;
+                        break;
+                    }
+                ck_assert_msg(first == hp.bytes[b], "kv_store type %d hd %d buffer %d: byte %zu differs",
+                              type, hd, b, first);
+                free(got);
+                cudaFree(dbuf[b]);
+            }
+            cudaFree(dpages);
+            cudaFree(dpos);
+            cudaFree(dk);
+            cudaFree(dvv);
+            pool_free(&hp);
+            free(k);
+            free(v);
+        }
+    }
+}
+END_TEST
+
+/* ---- argmax and sampling ---------------------------------------------------- */
+
+START_TEST(argmax_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t ns[] = {7, 1000, 49152, 151936};
+    for (int a = 0; a < 4; a++) {
+        int64_t n = ns[a], stride = n + 5;
+        int rows = 4;
+        float *x = rnd((size_t)rows * stride, 3.0f, 1000 + a);
+        /* row 1: a tie for the maximum (lowest index must win); row 2: all equal */
+        x[stride + n / 3] = 100.0f;
+        x[stride + n - 1] = 100.0f;
+        for (int64_t i = 0; i < n; i++)
+            x[2 * stride + i] = -2.5f;
+        float *dx = dup_to_dev(x, (size_t)rows * stride * 4);
+        int32_t *dout = dev_alloc(rows * 4), got[4];
+        OK(cuda_argmax(dx, rows, n, stride, dout, 0, &e_));
+        to_host(got, dout, sizeof got);
+        for (int r = 0; r < rows; r++)
+            ck_assert_int_eq(got[r], cpu_argmax(x + r * stride, n));
+        cudaFree(dx);
+        cudaFree(dout);
+        free(x);
+    }
+}
+END_TEST
+
+START_TEST(sample_matches_cpu_chain)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    struct {
+        float temp;
+        int top_k;
+        float top_p, min_p;
+    } ps[] = {{0.8f, 40, 0.95f, 0.05f}, {1.0f, 1, 1.0f, 0.0f},   {1.5f, 256, 0.9f, 0.0f},
+              {0.3f, 100, 1.0f, 0.1f},  {2.0f, 256, 1.0f, 0.0f}, {0.0f, 40, 0.95f, 0.05f}};
+    const int64_t vocab[] = {300, 49152, 151936};
+    int draws = 0, same = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        int64_t n = vocab[vi];
+        int rows = 6;
+        float *x = rnd((size_t)rows * n, 2.0f, 2000 + vi);
+        /* exact ties in the head of the distribution */
+        x[5] = x[7] = 9.0f;
+        float *dx = dup_to_dev(x, (size_t)rows * n * 4);
+        float *du = dev_alloc(rows * 4);
+        int32_t *dout = dev_alloc(rows * 4);
+        for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++) {
+            sampler_params sp = sampler_defaults();
+            sp.temp = ps[pi].temp;
+            sp.top_k = ps[pi].top_k;
+            sp.top_p = ps[pi].top_p;
+            sp.min_p = ps[pi].min_p;
+            sp.repeat_penalty = 1.0f;
+            float u[6];
+            int32_t want[6], got[6];
+            for (int r = 0; r < rows; r++) {
+                sp.seed = 77 + r + 13 * pi;
+                sampler s, peek;
+                sampler_init(&s, &sp);
+                peek = s;
+                u[r] = sampler_uniform(&peek);
+                float *row = malloc((size_t)n * 4);
+                memcpy(row, x + r * n, (size_t)n * 4);
+                want[r] = sampler_sample(&s, row, (int)n, NULL, 0);
+                free(row);
+                sampler_free(&s);
+            }
+            CK(cudaMemcpy(du, u, sizeof u, cudaMemcpyHostToDevice));
+            cuda_sample_params cp = {ps[pi].temp, ps[pi].top_k, ps[pi].top_p, ps[pi].min_p};
+            OK(cuda_sample(dx, rows, n, n, &cp, du, dout, 0, &e_));
+            to_host(got, dout, sizeof got);
+            for (int r = 0; r < rows; r++) {
+                draws++;
+                same += got[r] == want[r];
+                ck_assert_msg(got[r] == want[r], "sample vocab %lld params %zu row %d: %d vs %d",
+                              (long long)n, pi, r, got[r], want[r]);
+            }
+        }
+        cuda_sample_params off = {0.8f, 0, 1.0f, 0.0f};
+        strata_error e;
+        ck_assert_int_eq(cuda_sample(dx, rows, n, n, &off, du, dout, 0, &e), STRATA_E_UNSUPPORTED);
+        cudaFree(dx);
+        cudaFree(du);
+        cudaFree(dout);
+        free(x);
+    }
+    ck_assert_int_eq(same, draws);
+}
+END_TEST
+
+/* ---- MoE --------------------------------------------------------------------- */
+
+/* engine/forward_cpu.c's routing, verbatim. */
+static void cpu_route(const float *logits, int ne, int k, int32_t *sel, float *w)
+{
+    float *p = malloc((size_t)ne * 4), wsel[64];
+    memcpy(p, logits, (size_t)ne * 4);
+    cpu_softmax(p, ne);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < ne; i++) {
+            int taken = 0;
+            for (int t = 0; t < j; t++)
+                taken |= sel[t] == i;
+            if (!taken && (best < 0 || p[i] > p[best]))
+                best = i;
+        }
+        sel[j] = best;
+        wsel[j] = p[best];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++)
+        sum += wsel[j];
+    for (int j = 0; j < k; j++)
+        w[j] = wsel[j] / sum;
+    free(p);
+}
+
+START_TEST(moe_route_matches_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    struct {
+        int ne, k, n_tok;
+    } cs[] = {{8, 2, 5}, {64, 8, 37}, {128, 8, 130}, {256, 16, 3}};
+    for (int ci = 0; ci < 4; ci++) {
+        int ne = cs[ci].ne, k = cs[ci].k, nt = cs[ci].n_tok;
+        float *lg = rnd((size_t)nt * ne, 2.0f, 3000 + ci);
+        int32_t *sel = malloc((size_t)nt * k * 4), *gsel = malloc((size_t)nt * k * 4);
+        float *w = malloc((size_t)nt * k * 4), *gw = malloc((size_t)nt * k * 4);
+        for (int t = 0; t < nt; t++)
+            cpu_route(lg + t * ne, ne, k, sel + t * k, w + t * k);
+        float *dl = dup_to_dev(lg, (size_t)nt * ne * 4);
+        int32_t *dsel = dev_alloc((size_t)nt * k * 4);
+        float *dw = dev_alloc((size_t)nt * k * 4);
+        OK(cuda_moe_route(dl, nt, ne, k, dsel, dw, 0, &e_));
+        to_host(gsel, dsel, (size_t)nt * k * 4);
+        to_host(gw, dw, (size_t)nt * k * 4);
+        for (int i = 0; i < nt * k; i++) {
+            ck_assert_msg(gsel[i] == sel[i], "route case %d entry %d: expert %d vs %d", ci, i,
+                          gsel[i], sel[i]);
+            ck_assert_msg(close_rel(gw[i], w[i], 1e-6f), "route weight %g vs %g", gw[i], w[i]);
+        }
+
+        /* group / gather / combine */
+        int64_t D = 96;
+        int32_t *off = malloc((size_t)(ne + 1) * 4), *rows = malloc((size_t)nt * k * 4);
+        int32_t *inv = malloc((size_t)nt * k * 4);
+        int32_t *doff = dev_alloc((size_t)(ne + 1) * 4), *drows = dev_alloc((size_t)nt * k * 4);
+        int32_t *dinv = dev_alloc((size_t)nt * k * 4);
+        OK(cuda_moe_group(dsel, nt, k, ne, doff, drows, dinv, 0, &e_));
+        to_host(off, doff, (size_t)(ne + 1) * 4);
+        to_host(rows, drows, (size_t)nt * k * 4);
+        to_host(inv, dinv, (size_t)nt * k * 4);
+        int r = 0;
+        for (int e = 0; e < ne; e++) {
+            ck_assert_int_eq(off[e], r);
+            for (int i = 0; i < nt * k; i++)
+                if (gsel[i] == e) {
+                    ck_assert_int_eq(rows[r], i);
+                    ck_assert_int_eq(inv[i], r);
+                    r++;
+                }
+        }
+        ck_assert_int_eq(off[ne], nt * k);
+        float *x = rnd((size_t)nt * D, 1.0f, 3100 + ci), *xg = malloc((size_t)nt * k * D * 4);
+        float *dx = dup_to_dev(x, (size_t)nt * D * 4), *dxg = dev_alloc((size_t)nt * k * D * 4);
+        OK(cuda_moe_gather(dx, nt, k, D, drows, dxg, 0, &e_));
+        to_host(xg, dxg, (size_t)nt * k * D * 4);
+        for (int q = 0; q < nt * k; q++)
+            ck_assert(!memcmp(xg + q * D, x + (rows[q] / k) * D, (size_t)D * 4));
+        /* combine from the sorted rows (stand-in expert outputs: xg * 1.5) */
+        float *y = malloc((size_t)nt * k * D * 4), *ref = malloc((size_t)nt * D * 4);
+        float *got = malloc((size_t)nt * D * 4);
+        for (size_t i = 0; i < (size_t)nt * k * D; i++)
+            y[i] = xg[i] * 1.5f + 0.25f;
+        for (int t = 0; t < nt; t++)
+            for (int64_t i = 0; i < D; i++) {
+                float acc = 0.0f;
+                for (int j = 0; j < k; j++)
+                    acc += gw[t * k + j] * y[inv[t * k + j] * D + i];
+                ref[t * D + i] = acc;
+            }
+        float *dy = dup_to_dev(y, (size_t)nt * k * D * 4), *dout = dev_alloc((size_t)nt * D * 4);
+        OK(cuda_moe_combine(dy, dw, dinv, nt, k, D, dout, 0, &e_));
+        to_host(got, dout, (size_t)nt * D * 4);
+        ck_assert(!memcmp(got, ref, (size_t)nt * D * 4));
+        cudaFree(dy);
+        cudaFree(dout);
+        cudaFree(dx);
+        cudaFree(dxg);
+        cudaFree(doff);
+        cudaFree(drows);
+        cudaFree(dinv);
+        cudaFree(dl);
+        cudaFree(dsel);
+        cudaFree(dw);
+        free(x);
+        free(xg);
+        free(y);
+        free(ref);
+        free(got);
+        free(off);
+        free(rows);
+        free(inv);
+        free(lg);
+        free(sel);
+        free(gsel);
+        free(w);
+        free(gw);
+    }
+}
+END_TEST
+
+static Suite *cuda_ops_suite(void)
+{
+    Suite *s = suite_create("cuda_ops");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rmsnorm_matches_cpu);
+    tcase_add_test(tc, rmsnorm_heads_matches_cpu);
+    tcase_add_test(tc, rope_matches_cpu);
+    tcase_add_test(tc, elementwise_matches_cpu);
+    tcase_add_test(tc, kv_store_bit_exact);
+    tcase_add_test(tc, argmax_matches_cpu);
+    tcase_add_test(tc, sample_matches_cpu_chain);
+    tcase_add_test(tc, moe_route_matches_cpu);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+#else /* !STRATA_CUDA */
+
+START_TEST(cuda_ops_need_cuda)
+{
+    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+}
+END_TEST
+
+static Suite *cuda_ops_suite(void)
+{
+    Suite *s = suite_create("cuda_ops");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, cuda_ops_need_cuda);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+#endif
+TEST_SUITE(cuda_ops_suite)
