@@ -10,8 +10,9 @@
  * CPU writes them and then rounded to float, so (c, s) agree with the CPU's
  * to the last bit in all but rare double-rounding cases; the rotation is
  * spelled with __fmul_rn / __fsub_rn / __fadd_rn (no contraction), as the
- * ISO C reference computes it.  At position 131072 a float angle would be
- * off by ~0.01 rad; double keeps long contexts right.
+ * ISO C reference computes it.  At position 131072 a float angle is only
+ * good to ~0.004 rad (half an ulp of 131072); double keeps long contexts
+ * right.
  *
  * Layout and speed: one block per token, one thread per rotated pair i;
  * the thread computes (cos, sin) once and applies it to every head, so the
