@@ -100,6 +100,27 @@ static double rel_err(const float *a, const double *b, int n)
  * 3e-3).  With k8v4 both sides quantize K/V with ggml's recipes, but a value
  * within an f32 ulp of a rounding boundary can take the other code, which
  * moves that block by one step (measured <= 5e-3; bound 2e-2). */
+static void compare_with_ref(const char *model, const int32_t *toks, int n, int kv,
+                             const char *refkv, double tol)
+{
+    strata_engine *e = open_engine(model, kv, 4, NULL, 1);
+    int V = strata_n_vocab(e);
+    float *lg = engine_logits(e, toks, n);
+    double *ref = ref_logits(model, toks, n, refkv, V);
+    ck_assert_msg(ref != NULL, "ref_forward.py failed");
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        double err = rel_err(lg + (size_t)r * V, ref + (size_t)r * V, V);
+        ck_assert_msg(err < tol, "%s: position %d: relative error %.3g > %.3g", model, r, err, tol);
+        worst = err > worst ? err : worst;
+        ck_assert_int_eq(cpu_argmax(lg + (size_t)r * V, V), argmax_f64(ref + (size_t)r * V, V));
+    }
+    printf("  %s (kv %s): worst relative error %.3g over %d positions\n", model, refkv, worst, n);
+    free(lg);
+    free(ref);
+    strata_close(e);
+}
+
 static void check_against_ref(int kv, const char *refkv, double tol)
 {
     const char *model = test_demo_model();
@@ -107,19 +128,7 @@ static void check_against_ref(int kv, const char *refkv, double tol)
         TEST_SKIP("demo model not present (make model)");
     if (!test_have_python("numpy, gguf"))
         TEST_SKIP("python3 with numpy and gguf not available");
-    strata_engine *e = open_engine(model, kv, 4, NULL, 1);
-    int V = strata_n_vocab(e), n = (int)(sizeof prompt_b / sizeof prompt_b[0]);
-    float *lg = engine_logits(e, prompt_b, n);
-    double *ref = ref_logits(model, prompt_b, n, refkv, V);
-    ck_assert_msg(ref != NULL, "ref_forward.py failed");
-    for (int r = 0; r < n; r++) {
-        double err = rel_err(lg + (size_t)r * V, ref + (size_t)r * V, V);
-        ck_assert_msg(err < tol, "position %d: relative error %.3g > %.3g", r, err, tol);
-        ck_assert_int_eq(cpu_argmax(lg + (size_t)r * V, V), argmax_f64(ref + (size_t)r * V, V));
-    }
-    free(lg);
-    free(ref);
-    strata_close(e);
+    compare_with_ref(model, prompt_b, (int)(sizeof prompt_b / sizeof prompt_b[0]), kv, refkv, tol);
 }
 
 START_TEST(logits_match_f64_reference_with_f16_kv)
@@ -238,6 +247,46 @@ START_TEST(batch_rows_equal_solo_rows)
 }
 END_TEST
 
+/* qwen2 (biases), qwen3 (per-head Q/K norm), qwen3moe (routing) on
+ * generated models against the same reference; same tolerances as above. */
+static void arch_against_ref(const char *name, const char *args)
+{
+    if (!test_cli())
+        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+    if (!test_have_python("numpy, gguf"))
+        TEST_SKIP("python3 with numpy and gguf not available");
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch %s --vocab 512 --type q8_0 --seed 5 -o %s "
+             ">/dev/null 2>&1", test_cli(), args, path);
+    ck_assert_msg(test_run(cmd, NULL) == 0, "mkmodel failed: %s", cmd);
+    int32_t toks[12];
+    uint64_t seed = 99;
+    for (int i = 0; i < 12; i++)
+        toks[i] = (int32_t)(test_rand_u64(&seed) % 512);
+    compare_with_ref(path, toks, 12, KV_F16, "f64", 3e-3);
+    compare_with_ref(path, toks, 12, KV_K8V4, "k8v4", 2e-2);
+}
+
+START_TEST(qwen2_matches_reference)
+{
+    arch_against_ref("qwen2", "qwen2 --layers 3 --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512");
+}
+END_TEST
+
+START_TEST(qwen3_matches_reference)
+{
+    arch_against_ref("qwen3", "qwen3 --layers 3 --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512");
+}
+END_TEST
+
+START_TEST(qwen3moe_matches_reference)
+{
+    arch_against_ref("qwen3moe", "qwen3moe --layers 3 --dim 256 --heads 4 --kv-heads 2 --head-dim 64 "
+                                 "--ff 512 --experts 8 --experts-used 2 --ff-exp 256");
+}
+END_TEST
+
 START_TEST(context_limit_is_a_clear_error)
 {
     const char *model = test_demo_model();
@@ -293,6 +342,9 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, greedy_matches_reference);
     tcase_add_test(tc, split_and_chunk_do_not_change_a_bit);
     tcase_add_test(tc, batch_rows_equal_solo_rows);
+    tcase_add_test(tc, qwen2_matches_reference);
+    tcase_add_test(tc, qwen3_matches_reference);
+    tcase_add_test(tc, qwen3moe_matches_reference);
     tcase_add_test(tc, context_limit_is_a_clear_error);
     tcase_add_test(tc, bad_model_and_split_are_clear_errors);
     suite_add_tcase(s, tc);
