@@ -5,16 +5,6 @@
 
 #include "commands.h"
 
-/* Weak references let the tree build while a command's file is being
- * written; a missing command says so instead of failing to link. */
-#pragma weak cmd_inspect
-#pragma weak cmd_quantize
-#pragma weak cmd_run
-#pragma weak cmd_chat
-#pragma weak cmd_perplexity
-#pragma weak cmd_mkmodel
-#pragma weak cmd_bench
-
 typedef struct command {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -38,8 +28,7 @@ static void usage(FILE *f)
                "strata: an LLM inference engine (GGUF, IQ3_XXS/Q2_0, CUDA).\n\n"
                "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (commands[i].fn)
-            fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n`strata-cli COMMAND --help` for a command's options.\n");
 }
 
@@ -56,10 +45,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
-        if (!commands[i].fn) {
-            fprintf(stderr, "strata-cli: command '%s' is not built yet\n", argv[1]);
-            return 2;
-        }
         return commands[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "strata-cli: unknown command '%s' (see strata-cli --help)\n", argv[1]);
