@@ -68,7 +68,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
                                        "-s", "--seed", "-sys", "--system-prompt", "--chat-template",
                                        "--backend", "--kv", "--batch", "--slots", "-np",
                                        "--layer-split", "--devices", "--kv-resident", "-t",
-                                       "--threads", "--chunk", NULL};
+                                       "--threads", "--chunk", "--conversation-cache-mib",
+                                       "--conversation-cache-slots", NULL};
     int known = 0;
     for (int k = 0; with_value[k]; k++)
         known |= IS(with_value[k]);
@@ -140,6 +141,13 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
         return to_int(cmd, a, v, 1, &o->ep.n_threads);
     else if (IS("--chunk"))
         return to_int(cmd, a, v, 1, &o->ep.n_chunk);
+    else if (IS("--conversation-cache-mib")) {
+        int mib;
+        int rc = to_int(cmd, a, v, 0, &mib);
+        o->conv_cache_mib = (size_t)mib;
+        return rc;
+    } else if (IS("--conversation-cache-slots"))
+        return to_int(cmd, a, v, 0, &o->conv_cache_slots);
 #undef IS
     return 1;
 }
@@ -177,6 +185,13 @@ void cli_opts_help(FILE *f)
             "  --devices D0,D1,..      CUDA device of each stage (default all 0)\n"
             "  --chunk N               prefill chunk in tokens (default 256)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  --conversation-cache-mib MIB  host memory for parked conversations (default 0:\n"
+            "                          off); a finished turn's KV is kept there and the next\n"
+            "                          turn of that conversation restores it instead of\n"
+            "                          re-reading its history (only front ends that serve\n"
+            "                          several conversations use it: bench --clients)\n"
+            "  --conversation-cache-slots K  most conversations kept (default 64 when the\n"
+            "                          cache is on); least recently used go first\n"
             "sampling:\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k K --top-p P --min-p P  (defaults 40, 0.95, 0.05)\n"

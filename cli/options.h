@@ -17,6 +17,11 @@ typedef struct cli_opts {
     int n_predict;     /* -n; -1: until stop / context */
     int chat;          /* --chat: wrap the prompt in the chat format */
     int verbose;
+    /* The conversation cache (--conversation-cache-mib, -slots): only front
+     * ends that serve several conversations through the scheduler pass them
+     * on (sched_params.cache_mib / cache_slots); 0: off. */
+    size_t conv_cache_mib;
+    int conv_cache_slots;
     char model_buf[1024];
 } cli_opts;
 

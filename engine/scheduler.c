@@ -5,7 +5,13 @@
  * handle's mutex guards its token queue, its reference count and its
  * result.  When both are held, the scheduler's is taken first.  The slots
  * belong to the orchestration thread alone and need no lock.  The cancel
- * flag is an atomic so that the thread can poll it every step for free. */
+ * flag is an atomic so that the thread can poll it every step for free.
+ *
+ * The conversation cache (park) belongs to the orchestration thread too:
+ * it captures a slot's conversation when its request ends and restores one
+ * before a slot reads its first prompt chunk, so no copy ever runs beside
+ * a step that reads or writes the same pages.  Its counters are published
+ * under the scheduler's mutex for sched_get_cache_stats. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -52,6 +58,7 @@ typedef struct sched_slot {
     uint64_t admitted;      /* admission order: prompts are read FIFO */
     int fed;                /* prompt tokens read so far */
     int decoding;           /* prompt read; `next` waits to be fed */
+    int restore_tried;      /* the conversation cache was asked (once) */
     int32_t next;           /* the last emitted token, fed at the next step */
 } sched_slot;
 
@@ -79,6 +86,8 @@ struct strata_sched {
     int32_t *b_tok;
     int *b_slot;
     uint64_t step, admissions;
+    strata_park *park;      /* the conversation cache, or NULL */
+    sched_cache_stats cstats; /* under mu */
 };
 
 sched_params sched_params_default(void)
@@ -340,9 +349,38 @@ static void slot_release(sched_slot *sl)
     sl->h = NULL;
     sl->decoding = 0;
     sl->fed = 0;
+    sl->restore_tried = 0;
 }
 
-static void slot_finish(sched_slot *sl, int finish, const strata_error *err)
+/* Publish the cache's counters for sched_get_cache_stats. */
+static void cache_publish(strata_sched *s, int captured, int failed, int restored)
+{
+    pthread_mutex_lock(&s->mu);
+    sched_cache_stats *c = &s->cstats;
+    c->captures += captured;
+    c->capture_failures += failed;
+    c->restores += restored > 0;
+    c->restored_tokens += (uint64_t)(restored > 0 ? restored : 0);
+    park_get_stats(s->park, &c->park);
+    convcache_get_stats(park_cache(s->park), &c->cache);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Park the slot's conversation (its prompt and every token fed after it)
+ * so that the next turn can start from it.  A capture that fails (an image
+ * larger than the whole budget, out of memory) leaves the cache as it was:
+ * the next turn re-reads its history, which is slower but not wrong, so
+ * the failure is counted, not reported. */
+static void slot_park(strata_sched *s, sched_slot *sl)
+{
+    if (strata_seq_len(sl->seq) <= 0)
+        return;
+    strata_error err = {0};
+    int rc = park_capture(s->park, sl->seq, 0, NULL, &err);
+    cache_publish(s, rc == 0, rc != 0, 0);
+}
+
+static void slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata_error *err)
 {
     sched_handle *h = sl->h;
     if (h->on_token && finish != SCHED_FINISH_ERROR) {
@@ -352,8 +390,12 @@ static void slot_finish(sched_slot *sl, int finish, const strata_error *err)
         if (tail && len && finish != SCHED_FINISH_CANCELLED)
             h->on_token(-1, tail, len, h->user);
     }
-    slot_release(sl);
+    /* The caller hears first; the capture runs before any other request
+     * is admitted (same thread), so the next turn finds the image. */
     handle_finish(h, finish, err);
+    if (s->park && (finish == SCHED_FINISH_STOP || finish == SCHED_FINISH_LENGTH))
+        slot_park(s, sl);
+    slot_release(sl);
 }
 
 /* Remove cancelled requests from the queue (under s->mu). */
@@ -410,6 +452,7 @@ static int admit(strata_sched *s)
         sl->admitted = s->admissions++;
         sl->fed = 0;
         sl->decoding = 0;
+        sl->restore_tried = 0;
         sampler_init(&sl->smp, &h->sp);
         tokdec_reset(sl->dec);
         h->res.slot = i;
@@ -430,12 +473,12 @@ static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
     if (tok < 0) {
         strata_error err;
         strata_err(&err, STRATA_E_NOMEM, "sampler: out of memory");
-        slot_finish(sl, SCHED_FINISH_ERROR, &err);
+        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return;
     }
     if (!h->ignore_stop && tokenizer_is_stop(strata_tokenizer(s->e), tok)) {
         h->res.stop_token = tok;
-        slot_finish(sl, SCHED_FINISH_STOP, NULL);
+        slot_finish(s, sl, SCHED_FINISH_STOP, NULL);
         return;
     }
     if (h->res.n_gen == 0)
@@ -449,22 +492,42 @@ static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
             len = 0;
         }
         if (h->on_token(tok, text, len, h->user)) {
-            slot_finish(sl, SCHED_FINISH_CANCELLED, NULL);
+            slot_finish(s, sl, SCHED_FINISH_CANCELLED, NULL);
             return;
         }
     } else if (handle_push(h, tok)) {
         strata_error err;
         strata_err(&err, STRATA_E_NOMEM, "out of memory for the token queue");
-        slot_finish(sl, SCHED_FINISH_ERROR, &err);
+        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return;
     }
     if ((h->max_tokens > 0 && h->res.n_gen >= h->max_tokens) ||
         strata_seq_len(sl->seq) + 1 > s->n_ctx) {
-        slot_finish(sl, SCHED_FINISH_LENGTH, NULL);
+        slot_finish(s, sl, SCHED_FINISH_LENGTH, NULL);
         return;
     }
     sl->decoding = 1;
     sl->next = tok;
+}
+
+/* Before a slot reads its prompt: start it from the longest parked
+ * conversation its prompt extends, so only the rest is read.  Returns the
+ * tokens restored.  A failed restore (no KV pages free for it) is not the
+ * request's failure: the sequence was reset, and reading the whole prompt
+ * gives the same tokens, only later. */
+static int slot_restore(strata_sched *s, sched_slot *sl)
+{
+    sched_handle *h = sl->h;
+    double t0 = strata_now();
+    int restored = 0;
+    strata_error err = {0};
+    if (park_restore(s->park, sl->seq, h->prompt, h->n_prompt, &restored, &err))
+        restored = 0;
+    sl->fed = restored;
+    h->res.n_restored = restored;
+    h->res.t_restore = strata_now() - t0;
+    cache_publish(s, 0, 0, restored);
+    return restored;
 }
 
 /* Read one chunk of the prompt of the earliest admitted slot still reading
@@ -483,6 +546,10 @@ static int prefill_chunk(strata_sched *s, sched_step *st)
     if (!sl)
         return -1;
     sched_handle *h = sl->h;
+    if (s->park && !sl->restore_tried) {
+        sl->restore_tried = 1;
+        st->restored_tokens = slot_restore(s, sl);
+    }
     int n = h->n_prompt - sl->fed;
     if (n > s->chunk)
         n = s->chunk;
@@ -492,7 +559,7 @@ static int prefill_chunk(strata_sched *s, sched_step *st)
     st->prefill_tokens = n;
     int rc = strata_seq_feed(sl->seq, h->prompt + sl->fed, n, last ? s->logits : NULL, NULL, &err);
     if (rc) {
-        slot_finish(sl, SCHED_FINISH_ERROR, &err);
+        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return idx;
     }
     sl->fed += n;
@@ -522,7 +589,7 @@ static void decode_step(strata_sched *s, sched_step *st)
     for (int r = 0; r < n; r++) {
         sched_slot *sl = &s->slots[s->b_slot[r]];
         if (rc)
-            slot_finish(sl, SCHED_FINISH_ERROR, &err);
+            slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         else
             slot_take_logits(s, sl, s->logits + (size_t)r * s->V);
     }
@@ -535,7 +602,7 @@ static void *sched_main(void *arg)
         /* A cancelled request leaves its slot before the step. */
         for (int i = 0; i < s->n_slots; i++)
             if (s->slots[i].h && atomic_load(&s->slots[i].h->cancel))
-                slot_finish(&s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+                slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
         if (admit(s))
             break;
         sched_step st = {.step = s->step};
@@ -553,7 +620,7 @@ static void *sched_main(void *arg)
     /* Shutting down: whatever is left ends as cancelled. */
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].h)
-            slot_finish(&s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+            slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
     pthread_mutex_lock(&s->mu);
     while (s->head) {
         sched_handle *h = s->head;
@@ -564,6 +631,11 @@ static void *sched_main(void *arg)
     s->tail = NULL;
     s->n_queued = 0;
     pthread_mutex_unlock(&s->mu);
+    /* Here, not in sched_free: on the CUDA backend a serial copy made its
+     * thread-local copy streams on this thread, and park_free releases the
+     * calling thread's. */
+    park_free(s->park);
+    s->park = NULL;
     return NULL;
 }
 
@@ -576,6 +648,7 @@ static void sched_destroy(strata_sched *s)
             strata_seq_free(s->slots[i].seq);
             tokdec_free(s->slots[i].dec);
         }
+    park_free(s->park);
     free(s->slots);
     free(s->logits);
     free(s->b_seq);
@@ -585,6 +658,30 @@ static void sched_destroy(strata_sched *s)
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* The conversation cache, when sched_params asks for one. */
+static int sched_open_cache(strata_sched *s, strata_error *err)
+{
+    if (!s->p.cache_mib) {
+        if (s->p.cache_slots > 0)
+            return strata_err(err, STRATA_E_ARG, "conversation cache: %d slots but no memory "
+                              "(give the MiB too)", s->p.cache_slots);
+        return 0;
+    }
+    int slots = s->p.cache_slots > 0 ? s->p.cache_slots : 64;
+    s->park = park_new(s->e, s->p.cache_mib, slots, err);
+    if (!s->park)
+        return err->code;
+    s->cstats.on = 1;
+    return 0;
+}
+
+void sched_get_cache_stats(strata_sched *s, sched_cache_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->cstats;
+    pthread_mutex_unlock(&s->mu);
 }
 
 strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *err)
@@ -625,6 +722,8 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
         if (tokdec_new(strata_tokenizer(e), 0, &s->slots[i].dec, err))
             goto fail;
     }
+    if (sched_open_cache(s, err))
+        goto fail;
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         strata_err(err, STRATA_E_NOMEM, "cannot start the scheduler thread");
         goto fail;

@@ -23,6 +23,13 @@
  * return cancels the request), or, without a callback, through a queue in
  * the handle read with sched_next() from any thread.
  *
+ * With a conversation cache (sched_params.cache_mib), a request that ends
+ * by stop or length leaves its conversation parked in host memory
+ * (engine/park.h), and a later request whose tokens extend a parked
+ * conversation starts from that image instead of re-reading its history
+ * (sched_result.n_restored).  Both copies run on the orchestration thread,
+ * between steps; see doc/scheduler.md, "The conversation cache".
+ *
  * Not implemented: --batch-groups (slots flowing through the stages of a
  * layer split as a pipeline of groups).  It needs asynchronous per-stage
  * execution (GPU stages with their own streams); on the CPU the stages run
@@ -34,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/park.h"
 #include "engine/sample.h"
 #include "engine/strata.h"
 #include "model/chat.h"
@@ -47,6 +55,8 @@ typedef struct sched_step {
     uint64_t step;          /* 0, 1, 2, ... */
     uint64_t prefill_id;    /* request whose prompt chunk was read, or 0 */
     int prefill_tokens;     /* tokens of that chunk */
+    int restored_tokens;    /* before that chunk: tokens of its prompt
+                             * restored from the conversation cache */
     int n_decode;           /* slots that took a decode step */
     int n_active;           /* slots holding a request after the step */
     int n_queued;           /* requests waiting for a slot */
@@ -59,6 +69,10 @@ typedef struct sched_params {
     const char *chat_template; /* format name overriding the model's, or NULL */
     void (*on_step)(const sched_step *s, void *user);
     void *step_user;
+    /* The conversation cache: MiB of host memory and most images kept.
+     * cache_mib > 0 turns it on (cache_slots <= 0 then means 64); 0: off. */
+    size_t cache_mib;
+    int cache_slots;
 } sched_params;
 
 sched_params sched_params_default(void);
@@ -133,16 +147,36 @@ const char *sched_finish_name(int finish);
 typedef struct sched_result {
     int finish;             /* enum sched_finish */
     uint64_t id;
-    int n_prompt, n_gen;    /* prompt tokens read, tokens generated */
+    int n_prompt, n_gen;    /* prompt tokens, tokens generated */
+    int n_restored;         /* of the prompt: tokens restored from the
+                             * conversation cache (not read); the model
+                             * read n_prompt - n_restored */
     int32_t stop_token;     /* sampled stop token (not fed), or -1 */
     int slot;               /* slot it ran in, or -1 if never admitted */
     /* Seconds from submission: */
     double t_admit;         /* a slot took it (queue wait) */
     double t_first;         /* first token: the time to first token */
+    double t_restore;       /* of that: seconds the restore's copy took */
     double t_done;          /* finished */
     double decode_tps;      /* (n_gen - 1) / (t_done - t_first); 0 if n_gen < 2 */
     strata_error err;       /* finish == SCHED_FINISH_ERROR */
 } sched_result;
+
+/* The conversation cache's counters (sched_params.cache_mib). */
+typedef struct sched_cache_stats {
+    int on;                 /* 0: no cache; the rest is zero */
+    uint64_t captures;      /* finished requests parked (fresh, K/V reused or
+                             * already cached) */
+    uint64_t capture_failures; /* could not be parked (too big for the budget,
+                             * out of memory): the next turn re-reads */
+    uint64_t restores;      /* admissions that restored an image */
+    uint64_t restored_tokens; /* prompt tokens not re-read thanks to them */
+    park_stats park;        /* copies and bytes (engine/park.h) */
+    convcache_stats cache;  /* images, bytes, evictions (cache/convcache.h) */
+} sched_cache_stats;
+
+/* A snapshot, as of the last capture or restore.  Thread-safe. */
+void sched_get_cache_stats(strata_sched *s, sched_cache_stats *out);
 
 /* Wait for the request to finish; fill *r (may be NULL).  Returns 0, or the
  * error code when it finished with an error.  Thread-safe. */

@@ -14,10 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/scheduler.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
+#include "model/mkmodel.h"
+#include "model/quant.h"
 #include "model/tokenizer.h"
 
 static strata_engine *open_engine(int slots)
@@ -555,6 +558,264 @@ START_TEST(bad_requests_are_refused)
 }
 END_TEST
 
+/* ---- the conversation cache ------------------------------------------------
+ *
+ * A small generated llama (mkmodel: 4 layers, so a split of up to 4 stages
+ * runs) keeps these fast.  Two conversations, A and B, of three and two
+ * turns; each turn's prompt is the previous turn's prompt, its answer and a
+ * few new tokens, which is what a client continuing a conversation sends.
+ * The judge is the same run with the cache off (every turn re-reads its
+ * history): all generated ids must be identical, with the cache on, with
+ * a budget so small that images are evicted, serial and parallel stage
+ * copies, and several stages. */
+
+#define CC_VOCAB 400
+
+static const char *cache_model(void)
+{
+    static char path[1024];
+    if (path[0])
+        return path;
+    snprintf(path, sizeof path, "%s/sched-cache-llama.gguf", test_tmpdir());
+    mkmodel_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.arch = "llama";
+    mp.n_layer = 4;
+    mp.n_embd = 128;
+    mp.n_head = 4;
+    mp.n_head_kv = 2;
+    mp.n_ff = 256;
+    mp.n_vocab = CC_VOCAB;
+    mp.type = GGML_TYPE_Q8_0;
+    mp.seed = 11;
+    mp.n_threads = 1;
+    strata_error err = {0};
+    ck_assert_msg(mkmodel_write(&mp, path, &err) == 0, "mkmodel: %s", err.msg);
+    return path;
+}
+
+typedef struct cache_conf {
+    const char *split;      /* --layer-split, or NULL */
+    const char *parallel;   /* STRATA_STAGE_COPY_PARALLEL, or NULL (unset) */
+    size_t mib;             /* 0: cache off */
+    int images;
+} cache_conf;
+
+enum { CC_TURNS = 5, CC_GEN = 8, CC_MAXP = 128 };
+
+/* What one run produced, turn by turn (A1 B1 A2 B2 A3). */
+typedef struct cache_run {
+    int32_t gen[CC_TURNS][CC_GEN];
+    int n_gen[CC_TURNS], n_prompt[CC_TURNS], n_restored[CC_TURNS];
+    int parked[CC_TURNS];   /* tokens the turn left in its sequence */
+    sched_cache_stats st;
+} cache_run;
+
+static strata_engine *cache_engine(const cache_conf *c)
+{
+    if (c->parallel)
+        setenv("STRATA_STAGE_COPY_PARALLEL", c->parallel, 1);
+    else
+        unsetenv("STRATA_STAGE_COPY_PARALLEL");
+    strata_params p = strata_params_default();
+    p.model_path = cache_model();
+    p.backend = STRATA_BACKEND_CPU;
+    p.n_slots = 2;
+    p.n_ctx = 256;
+    p.n_chunk = 16;
+    p.n_threads = 1;
+    p.layer_split = c->split;
+    p.quiet = 1;
+    strata_engine *e = NULL;
+    strata_error err = {0};
+    ck_assert_msg(strata_open(&p, &e, &err) == 0, "strata_open: %s", err.msg);
+    unsetenv("STRATA_STAGE_COPY_PARALLEL");
+    return e;
+}
+
+/* One turn: submit conv[0..*n), wait, append the answer and `extra` new
+ * tokens to conv for the next turn. */
+static void cache_turn(strata_sched *s, cache_run *o, int t, int32_t *conv, int *n,
+                       uint64_t extra_seed)
+{
+    sched_request r = greedy_request(conv, *n, CC_GEN);
+    sched_handle *h;
+    strata_error err = {0};
+    ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
+    o->n_gen[t] = drain(h, o->gen[t], CC_GEN);
+    sched_result res;
+    ck_assert_int_eq(sched_wait(h, &res), 0);
+    ck_assert(res.finish == SCHED_FINISH_LENGTH || res.finish == SCHED_FINISH_STOP);
+    ck_assert_int_eq(res.n_gen, o->n_gen[t]);
+    o->n_prompt[t] = res.n_prompt;
+    o->n_restored[t] = res.n_restored;
+    /* Stop: every answer token was fed; length: all but the last. */
+    o->parked[t] = *n + res.n_gen - (res.finish == SCHED_FINISH_LENGTH);
+    sched_handle_free(h);
+    memcpy(conv + *n, o->gen[t], sizeof(int32_t) * (size_t)o->n_gen[t]);
+    *n += o->n_gen[t];
+    uint64_t st = extra_seed;
+    for (int i = 0; i < 5; i++)
+        conv[(*n)++] = 3 + (int32_t)(test_rand_u64(&st) % (CC_VOCAB - 3));
+}
+
+static void cache_scenario(const cache_conf *c, cache_run *o)
+{
+    memset(o, 0, sizeof *o);
+    strata_engine *e = cache_engine(c);
+    sched_params sp = sched_params_default();
+    sp.chunk = 8;
+    sp.cache_mib = c->mib;
+    sp.cache_slots = c->images;
+    strata_error err = {0};
+    strata_sched *s = sched_new(e, &sp, &err);
+    ck_assert_msg(s != NULL, "%s", err.msg);
+    int32_t a[CC_MAXP], b[CC_MAXP];
+    int na = 20, nb = 13;
+    uint64_t st = 5;
+    for (int i = 0; i < na; i++)
+        a[i] = 3 + (int32_t)(test_rand_u64(&st) % (CC_VOCAB - 3));
+    for (int i = 0; i < nb; i++)
+        b[i] = 3 + (int32_t)(test_rand_u64(&st) % (CC_VOCAB - 3));
+    cache_turn(s, o, 0, a, &na, 101);  /* A1 */
+    cache_turn(s, o, 1, b, &nb, 102);  /* B1 */
+    cache_turn(s, o, 2, a, &na, 103);  /* A2: continues A1 */
+    cache_turn(s, o, 3, b, &nb, 104);  /* B2 */
+    cache_turn(s, o, 4, a, &na, 105);  /* A3: continues A2 (K/V reused) */
+    /* The caller hears of a finish before its capture runs: wait for the
+     * last one to be counted (at most a few seconds). */
+    for (int i = 0; i < 1000; i++) {
+        sched_get_cache_stats(s, &o->st);
+        if (!c->mib || o->st.captures + o->st.capture_failures >= CC_TURNS)
+            break;
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    sched_free(s);
+    strata_close(e);
+}
+
+static void expect_same_run(const char *what, const cache_run *got, const cache_run *want)
+{
+    for (int t = 0; t < CC_TURNS; t++) {
+        ck_assert_int_eq(got->n_prompt[t], want->n_prompt[t]);
+        expect_tokens(what, t, got->gen[t], got->n_gen[t], want->gen[t], want->n_gen[t]);
+    }
+}
+
+/* Every follow-up turn restored exactly the previous turn's parked tokens. */
+static void expect_restored(const char *what, const cache_run *o)
+{
+    static const int prev[CC_TURNS] = {-1, -1, 0, 1, 2};
+    for (int t = 0; t < CC_TURNS; t++) {
+        int want = prev[t] < 0 ? 0 : o->parked[prev[t]];
+        ck_assert_msg(o->n_restored[t] == want, "%s: turn %d restored %d tokens, %d parked", what,
+                      t, o->n_restored[t], want);
+    }
+    ck_assert_int_eq(o->st.on, 1);
+    ck_assert_int_eq(o->st.captures, CC_TURNS);
+    ck_assert_int_eq(o->st.restores, 3);
+    ck_assert_int_eq(o->st.capture_failures, 0);
+    /* A2's and A3's captures, B2's: each extends its parked prefix */
+    ck_assert_int_eq(o->st.park.captures[PARK_CAPTURE_REUSED], 3);
+}
+
+START_TEST(cache_restores_and_matches_rereading)
+{
+    cache_run *ref = malloc(sizeof *ref), *o = malloc(sizeof *o);
+    cache_conf off = {NULL, NULL, 0, 0};
+    cache_scenario(&off, ref);
+    int total = 0;
+    for (int t = 0; t < CC_TURNS; t++) {
+        ck_assert_int_eq(ref->n_restored[t], 0);
+        total += ref->n_gen[t];
+    }
+    ck_assert_int_ge(total, CC_TURNS * CC_GEN / 2); /* else nothing is compared */
+    ck_assert_int_eq(ref->st.on, 0);
+
+    cache_conf on = {NULL, NULL, 16, 16};
+    cache_scenario(&on, o);
+    expect_same_run("cache on", o, ref);
+    expect_restored("cache on", o);
+    ck_assert_int_gt(o->n_restored[2], 20);
+
+    /* One image: each capture evicts the other conversation's, so every
+     * turn misses and re-reads, with the same answers. */
+    cache_conf tiny = {NULL, NULL, 1, 1};
+    cache_scenario(&tiny, o);
+    expect_same_run("one image", o, ref);
+    for (int t = 0; t < CC_TURNS; t++)
+        ck_assert_int_eq(o->n_restored[t], 0);
+    ck_assert_int_ge(o->st.cache.evictions, 3);
+    ck_assert_int_le(o->st.cache.images, 1);
+    free(ref);
+    free(o);
+}
+END_TEST
+
+START_TEST(cache_split_serial_parallel)
+{
+    cache_run *ref = malloc(sizeof *ref), *o = malloc(sizeof *o);
+    cache_conf off = {NULL, NULL, 0, 0};
+    cache_scenario(&off, ref);
+    static const cache_conf confs[] = {
+        {NULL, "0", 16, 16},       {NULL, "1", 16, 16},
+        {"1,2,3", "0", 16, 16},    {"1,2,3", "1", 16, 16},
+        {"2", "1", 16, 16},        {"1,2,3", NULL, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof confs / sizeof *confs; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "split %s, parallel %s, %zu MiB",
+                 confs[k].split ? confs[k].split : "none",
+                 confs[k].parallel ? confs[k].parallel : "unset", confs[k].mib);
+        cache_scenario(&confs[k], o);
+        expect_same_run(what, o, ref);
+        if (confs[k].mib)
+            expect_restored(what, o);
+    }
+    free(ref);
+    free(o);
+}
+END_TEST
+
+/* ChatML: the next turn's messages (previous ones, the answer as the
+ * assistant's content, a new user message) render to tokens that begin
+ * with the previous turn's parked tokens, so the cache finds them.  Needs
+ * the demo model's real tokenizer and template. */
+START_TEST(cache_chat_messages_continue)
+{
+    if (!test_demo_model())
+        TEST_SKIP("demo model not present (make model)");
+    strata_engine *e = open_engine(1);
+    sched_params sp = sched_params_default();
+    sp.cache_mib = 64;
+    strata_error err = {0};
+    strata_sched *s = sched_new(e, &sp, &err);
+    ck_assert_msg(s != NULL, "%s", err.msg);
+    chat_msg msgs[3] = {{"user", "Name a colour."}, {"assistant", NULL}, {"user", "Another?"}};
+    textbuf tb = {0};
+    sched_result r1, r2;
+    for (int turn = 0; turn < 2; turn++) {
+        sched_request r = sched_request_default();
+        r.sampling.temp = 0;
+        r.messages = msgs;
+        r.n_messages = turn ? 3 : 1;
+        r.max_tokens = 4;
+        r.on_token = append_text;
+        r.user = &tb;
+        sched_handle *h;
+        ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(sched_wait(h, turn ? &r2 : &r1), 0);
+        sched_handle_free(h);
+        msgs[1].content = tb.s;   /* the answer, as a client sends it back */
+    }
+    int parked = r1.n_prompt + r1.n_gen - (r1.finish == SCHED_FINISH_LENGTH);
+    ck_assert_msg(r2.n_restored == parked, "turn 2 restored %d of %d parked tokens (answer '%s')",
+                  r2.n_restored, parked, tb.s);
+    sched_free(s);
+    strata_close(e);
+}
+END_TEST
+
 static Suite *scheduler_suite(void)
 {
     Suite *s = suite_create("scheduler");
@@ -573,6 +834,12 @@ static Suite *scheduler_suite(void)
     tcase_add_test(parity, eight_conversations_equal_solo);
     tcase_add_test(parity, long_prompt_does_not_stop_the_others);
     suite_add_tcase(s, parity);
+    TCase *cache = tcase_create("cache");
+    tcase_set_timeout(cache, 900);
+    tcase_add_test(cache, cache_restores_and_matches_rereading);
+    tcase_add_test(cache, cache_split_serial_parallel);
+    tcase_add_test(cache, cache_chat_messages_continue);
+    suite_add_tcase(s, cache);
     return s;
 }
 
