@@ -12,6 +12,10 @@
 #include "model/quant.h"
 #include "model/quantize.h"
 
+/* ggml's reference Q2_0 recipe (model/quant_q2_0.c).  Declared here because
+ * model/quant_codecs.h, where it belongs, has another owner. */
+void quant_row_q2_0_ref(const float *src, void *dst, int64_t n, const float *imatrix);
+
 /* ---- test vectors --------------------------------------------------------- */
 
 typedef struct tv_case {
@@ -106,8 +110,12 @@ START_TEST(testvectors_bit_exact)
             free(y);
         } else {
             ck_assert_msg(t->quant, "no quantizer for %s", t->name);
+            /* ggml's vectors come from its reference recipe; strata's Q2_0
+             * quantizer searches instead, so compare ggml's recipe, which
+             * strata keeps as quant_row_q2_0_ref */
+            quant_row_fn q = t->id == GGML_TYPE_Q2_0 ? quant_row_q2_0_ref : t->quant;
             uint8_t *b = malloc(c->nbytes);
-            t->quant(c->in, b, c->n, c->imatrix);
+            q(c->in, b, c->n, c->imatrix);
             for (size_t j = 0; j < c->nbytes; j++)
                 ck_assert_msg(b[j] == c->bytes[j],
                               "case %d quant %s%s: byte %zu is %02x, want %02x",
@@ -209,16 +217,20 @@ static double round_trip_rel(int type, const float *x, int64_t n, const float *i
  *   Q4_0: step amax/8 -> ~0.075 (plus clipping at +7d)
  *   IQ3_XXS: no closed form (grid search); measured 0.215 with ggml's
  *     default x^2 weights (0.182 with uniform importance)
- *   Q2_0: ternary, d = amax (E[amax of 64] ~ 2.4), zero below amax/2:
- *     most of a Gaussian rounds to 0; numerical integration and
- *     measurement give ~0.71
+ *   Q2_0: levels {-1,0,1,2}*d with a least-squares search over d per 64
+ *     (model/quant_q2_0.c).  For N(0,1) the best single d (1.05, by
+ *     numerical integration) leaves 0.387 relative RMSE; fitting d per
+ *     64-element block to its own sample and putting the +2d level on the
+ *     heavier tail brings it to a measured 0.351.
+ *     (ggml's reference, d = amax and only -d/0/+d, gives 0.717; it is
+ *     checked separately below.)
  * Each bound is that figure plus ~10-20 % margin. */
 START_TEST(round_trip_error_on_gaussian_rows)
 {
     static const struct { int type; double bound; } cases[] = {
         {GGML_TYPE_F16, 0.0003}, {GGML_TYPE_BF16, 0.003},
         {GGML_TYPE_Q8_0, 0.006}, {GGML_TYPE_Q4_0, 0.095},
-        {GGML_TYPE_IQ3_XXS, 0.25}, {GGML_TYPE_Q2_0, 0.78},
+        {GGML_TYPE_IQ3_XXS, 0.25}, {GGML_TYPE_Q2_0, 0.40},
     };
     const int64_t n = 256 * 64;
     float *x = malloc(n * sizeof *x);
@@ -306,6 +318,89 @@ START_TEST(iq3_xxs_is_deterministic)
     free(a);
     free(b);
     free(x);
+}
+END_TEST
+
+/* Q2_0: the search against ggml's reference recipe, its use of both tails
+ * (a negative d puts the +2d level on the negative side), importance
+ * weights, and determinism. */
+START_TEST(q2_0_search_beats_reference)
+{
+    const int64_t n = 64 * 256;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    float *im = malloc(n * sizeof *im);
+    uint8_t *b = malloc(type_row_bytes(GGML_TYPE_Q2_0, n));
+    uint8_t *b2 = malloc(type_row_bytes(GGML_TYPE_Q2_0, n));
+    const type_traits *t = type_traits_get(GGML_TYPE_Q2_0);
+    test_fill_normal(x, n, 1.0f, 5);
+
+    /* the reference: ternary, d = amax, ~0.72 (the old bound, kept) */
+    quant_row_q2_0_ref(x, b, n, NULL);
+    t->dequant(b, y, n);
+    double se = 0, sw = 0;
+    for (int64_t i = 0; i < n; i++) {
+        se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        sw += (double)x[i] * x[i];
+    }
+    const double ref = sqrt(se / sw), srch = round_trip_rel(GGML_TYPE_Q2_0, x, n, NULL);
+    printf("quant: Q2_0 gaussian rmse/||w||: reference %.4f, search %.4f\n", ref, srch);
+    ck_assert_msg(ref > 0.68 && ref < 0.78, "reference %.4f", ref);
+    ck_assert_msg(srch < 0.55 * ref, "search %.4f vs reference %.4f", srch, ref);
+
+    /* both tails: a block whose big values are negative takes d < 0 and
+     * code 3 (+2d, i.e. -2|d|) for them; its mirror takes d > 0 */
+    float blk[64], mir[64];
+    for (int j = 0; j < 64; j++) {
+        blk[j] = (float)(j % 5) * 0.1f - 0.2f;
+        if (j % 16 == 3)
+            blk[j] = -1.0f;
+        mir[j] = -blk[j];
+    }
+    block_q2_0 qb, qm;
+    t->quant(blk, &qb, 64, NULL);
+    t->quant(mir, &qm, 64, NULL);
+    ck_assert_float_lt(fp16_to_f32(qb.d), 0);
+    ck_assert_float_gt(fp16_to_f32(qm.d), 0);
+    ck_assert_float_eq(fp16_to_f32(qb.d), -fp16_to_f32(qm.d));
+    ck_assert(!memcmp(qb.qs, qm.qs, sizeof qb.qs));
+    ck_assert_int_eq((qb.qs[0] >> 6) & 3, 3); /* element 3 is -1.0: code 3 */
+    float yb[64];
+    t->dequant(&qb, yb, 64);
+    ck_assert_float_eq(yb[3], 2 * fp16_to_f32(qb.d)); /* the -2|d| level */
+
+    /* importance: the weighted error with the weights is below the
+     * weighted error of the unweighted fit */
+    uint64_t st = 77;
+    for (int64_t i = 0; i < n; i++)
+        im[i] = (float)(i % 64 < 8 ? 50 : 1) * (float)(1 + (test_rand_u64(&st) % 4));
+    double we[2];
+    for (int k = 0; k < 2; k++) {
+        t->quant(x, b, n, k ? im : NULL);
+        t->dequant(b, y, n);
+        we[k] = 0;
+        for (int64_t i = 0; i < n; i++)
+            we[k] += im[i] * ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    }
+    printf("quant: Q2_0 importance-weighted error: unweighted fit %.1f, weighted fit %.1f\n",
+           we[0], we[1]);
+    ck_assert_msg(we[1] < 0.9 * we[0], "weighted %.1f vs %.1f", we[1], we[0]);
+
+    /* deterministic, and the threaded path gives the same bytes */
+    t->quant(x, b, n, NULL);
+    ck_assert_int_eq(quantize_rows(GGML_TYPE_Q2_0, x, 1024, n / 1024, b2, NULL, 3, NULL), 0);
+    ck_assert(!memcmp(b, b2, type_row_bytes(GGML_TYPE_Q2_0, n)));
+
+    /* an all-zero block stays zero (d = 0, every code 1) */
+    float z[64] = {0};
+    t->quant(z, &qb, 64, NULL);
+    ck_assert_uint_eq(qb.d, 0);
+    for (int j = 0; j < 16; j++)
+        ck_assert_uint_eq(qb.qs[j], 0x55);
+    free(x);
+    free(y);
+    free(im);
+    free(b);
+    free(b2);
 }
 END_TEST
 
@@ -489,7 +584,9 @@ START_TEST(demo_model_tensors_match_python_gguf)
             float *w = malloc((size_t)n * sizeof *w);
             type_traits_get(id)->dequant(b, w, n);
             static const int ts[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q2_0, GGML_TYPE_IQ3_XXS};
-            static const double bound[] = {0.008, 0.13, 0.80, 0.25};
+            /* Q2_0: measured 0.354-0.376 on the layer matrices and 0.411
+             * on token_embd (heavier-tailed rows), plus ~10 % */
+            static const double bound[] = {0.008, 0.13, 0.46, 0.25};
             for (int k = 0; k < 4; k++) {
                 if (ne0 % type_traits_get(ts[k])->blck)
                     continue;
@@ -596,6 +693,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, round_trip_error_on_gaussian_rows);
     tcase_add_test(tc, iq3_xxs_beats_plain_3bit_rounding);
     tcase_add_test(tc, iq3_xxs_is_deterministic);
+    tcase_add_test(tc, q2_0_search_beats_reference);
     tcase_add_test(tc, quantizer_rejects_bad_input);
     tcase_add_test(tc, own_blocks_match_python_gguf);
     tcase_add_test(tc, random_blocks_match_python_gguf);
