@@ -4,8 +4,8 @@
  * type_traits_get(id)->dequant / ->quant.  Every function converts n
  * elements, n a multiple of the type's block (the caller checks that with
  * type_row_bytes); the `imatrix` argument of the quantizers is n importance
- * weights or NULL, and only IQ3_XXS uses it (ggml ignores it for the
- * reference recipes of Q8_0, Q4_0 and Q2_0 as well: FORMATS.md §3.3). */
+ * weights or NULL; IQ3_XXS and strata's Q2_0 search use it (ggml ignores it
+ * for the reference recipes of Q8_0, Q4_0 and Q2_0: FORMATS.md §3.3). */
 #ifndef STRATA_QUANT_CODECS_H
 #define STRATA_QUANT_CODECS_H
 
@@ -34,6 +34,8 @@ void dequant_row_q6_k(const void *src, float *dst, int64_t n);
 /* model/quant_q2_0.c */
 void dequant_row_q2_0(const void *src, float *dst, int64_t n);
 void quant_row_q2_0(const float *src, void *dst, int64_t n, const float *imatrix);
+/* ggml's reference recipe (codes -d/0/+d only), kept for the test vectors */
+void quant_row_q2_0_ref(const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* model/quant_iq3xxs.c */
 void dequant_row_iq3_xxs(const void *src, float *dst, int64_t n);

@@ -10,11 +10,8 @@
 #include <string.h>
 
 #include "model/quant.h"
+#include "model/quant_codecs.h"
 #include "model/quantize.h"
-
-/* ggml's reference Q2_0 recipe (model/quant_q2_0.c).  Declared here because
- * model/quant_codecs.h, where it belongs, has another owner. */
-void quant_row_q2_0_ref(const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* ---- test vectors --------------------------------------------------------- */
 
