@@ -11,6 +11,14 @@
  * tail) and time to first token from submission (median and p90: queueing
  * included, as a client sees it).
  *
+ * With --conversation-cache-mib M, each client's R rounds are one growing
+ * conversation instead: round r sends round r-1's prompt, its answer and P
+ * new tokens, as a chat client does.  The two modes are then both "slots",
+ * once with the cache off (every follow-up re-reads its history) and once
+ * on (a follow-up restores the previous round's image and reads only the
+ * new tokens), and the table adds the time to first token of the
+ * follow-up rounds (r >= 1): restored vs re-read.
+ *
  *   strata-cli bench --clients C --rounds R --prompt-tokens P --gen-tokens G
  *                    [--batch N] [--json] [engine options: -m -c -t --backend ...] */
 #include <pthread.h>
@@ -21,11 +29,13 @@
 #include "bench.h"
 #include "engine/generate.h"
 #include "engine/scheduler.h"
+#include "kernels/ops.h"
 #include "model/tokenizer.h"
 #include "options.h"
 
 typedef struct bc_conf {
     int clients, rounds, prompt_tokens, gen_tokens, json;
+    int grow;               /* rounds are one growing conversation */
 } bc_conf;
 
 typedef struct bc_client {
@@ -42,9 +52,14 @@ typedef struct bc_client {
 typedef struct bc_mode {
     const char *name;
     int slots;
+    size_t cache_mib;       /* 0: no conversation cache */
+    int cache_slots;
     int n_req, n_gen;
     double wall;
     double ttft_med, ttft_p90, tps_med, tps_p10, total_tps;
+    /* follow-up rounds (r >= 1) of growing conversations */
+    int n_follow;
+    double f_ttft_med, f_ttft_p90, f_restored, f_restore_s, f_prompt;
 } bc_mode;
 
 /* P ordinary tokens (no control or byte tokens), different for every
@@ -62,21 +77,39 @@ static void bc_prompt(const bc_client *cl, int round, int32_t *out, int n)
     }
 }
 
+/* The answer's tokens, appended to the conversation (they wait in the
+ * handle's queue: nobody read them while it ran). */
+static int bc_take_answer(sched_handle *h, int32_t *conv, int n, int cap)
+{
+    int32_t t;
+    while (sched_next(h, &t, 0) == 1)
+        if (n < cap)
+            conv[n++] = t;
+    return n;
+}
+
 static void *bc_client_main(void *arg)
 {
     bc_client *cl = arg;
-    int32_t *prompt = malloc(sizeof *prompt * (size_t)cl->c->prompt_tokens);
-    if (!prompt) {
+    const bc_conf *c = cl->c;
+    /* Growing: the whole conversation; otherwise one round's prompt. */
+    int cap = c->grow ? c->rounds * (c->prompt_tokens + c->gen_tokens) : c->prompt_tokens;
+    int32_t *conv = malloc(sizeof *conv * (size_t)cap);
+    int n = 0;
+    if (!conv) {
         cl->rc = strata_err(&cl->err, STRATA_E_NOMEM, "out of memory");
         return NULL;
     }
-    for (int r = 0; r < cl->c->rounds && !cl->rc; r++) {
-        bc_prompt(cl, r, prompt, cl->c->prompt_tokens);
+    for (int r = 0; r < c->rounds && !cl->rc; r++) {
+        if (!c->grow)
+            n = 0;
+        bc_prompt(cl, r, conv + n, c->prompt_tokens);
+        n += c->prompt_tokens;
         sched_request req = sched_request_default();
         req.sampling.temp = 0;
-        req.tokens = prompt;
-        req.n_tokens = cl->c->prompt_tokens;
-        req.max_tokens = cl->c->gen_tokens;
+        req.tokens = conv;
+        req.n_tokens = n;
+        req.max_tokens = c->gen_tokens;
         req.ignore_stop = 1;
         sched_handle *h;
         cl->rc = sched_submit(cl->s, &req, &h, &cl->err);
@@ -85,9 +118,11 @@ static void *bc_client_main(void *arg)
         cl->rc = sched_wait(h, &cl->res[r]);
         if (cl->rc)
             cl->err = cl->res[r].err;
+        else if (c->grow)
+            n = bc_take_answer(h, conv, n, cap);
         sched_handle_free(h);
     }
-    free(prompt);
+    free(conv);
     return NULL;
 }
 
@@ -106,10 +141,37 @@ static double quantile(const double *v, int n, double q)
     return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
+/* Time to first token of the follow-up rounds (r >= 1), and how much of
+ * their prompts the cache restored. */
+static void bc_follow_ups(const bc_conf *c, const sched_result *res, bc_mode *m, double *tmp)
+{
+    int k = 0;
+    double restored = 0, restore_s = 0, prompt = 0;
+    for (int i = 0; i < c->clients; i++)
+        for (int r = 1; r < c->rounds; r++) {
+            const sched_result *x = &res[i * c->rounds + r];
+            tmp[k++] = x->t_first;
+            restored += x->n_restored;
+            restore_s += x->t_restore;
+            prompt += x->n_prompt;
+        }
+    m->n_follow = k;
+    if (!k)
+        return;
+    qsort(tmp, (size_t)k, sizeof *tmp, cmp_double);
+    m->f_ttft_med = quantile(tmp, k, 0.5);
+    m->f_ttft_p90 = quantile(tmp, k, 0.9);
+    m->f_restored = restored / k;
+    m->f_restore_s = restore_s / k;
+    m->f_prompt = prompt / k;
+}
+
 static int bc_run_mode(strata_engine *e, const bc_conf *c, bc_mode *m, strata_error *err)
 {
     sched_params sp = sched_params_default();
     sp.n_slots = m->slots;
+    sp.cache_mib = m->cache_mib;
+    sp.cache_slots = m->cache_slots;
     strata_sched *s = sched_new(e, &sp, err);
     if (!s)
         return err->code;
@@ -144,6 +206,8 @@ static int bc_run_mode(strata_engine *e, const bc_conf *c, bc_mode *m, strata_er
         }
     if (rc)
         goto done;
+    if (c->grow)
+        bc_follow_ups(c, res, m, ttft);
     m->n_req = n_req;
     m->n_gen = 0;
     for (int r = 0; r < n_req; r++) {
@@ -168,6 +232,21 @@ done:
     return rc;
 }
 
+static void bc_print_follow_ups(const bc_mode *modes)
+{
+    printf("\nfollow-up rounds (r >= 1): time to first token, restored vs re-read\n");
+    printf("%-14s %8s %12s %12s %12s %10s %10s\n", "mode", "requests", "prompt tok", "restored",
+           "restore s", "ttft s", "ttft s");
+    printf("%-14s %8s %12s %12s %12s %10s %10s\n", "", "", "mean", "mean", "mean", "median", "p90");
+    for (int k = 0; k < 2; k++)
+        printf("%-14s %8d %12.1f %12.1f %12.6f %10.3f %10.3f\n", modes[k].name, modes[k].n_follow,
+               modes[k].f_prompt, modes[k].f_restored, modes[k].f_restore_s, modes[k].f_ttft_med,
+               modes[k].f_ttft_p90);
+    if (modes[1].f_ttft_med > 0)
+        printf("re-read / restored: %.2fx follow-up time to first token (median)\n",
+               modes[0].f_ttft_med / modes[1].f_ttft_med);
+}
+
 static void bc_usage(FILE *f)
 {
     fprintf(f, "usage: strata-cli bench --clients C [--rounds R] [--prompt-tokens P]\n"
@@ -175,7 +254,11 @@ static void bc_usage(FILE *f)
                "C client threads each submit R requests (P random prompt tokens, exactly G\n"
                "generated, greedy) to the in-process scheduler, once with one slot (one at a\n"
                "time) and once with N slots (default N = C).  Prints total and per-request\n"
-               "decode tok/s and time to first token (median, p90).\n\n");
+               "decode tok/s and time to first token (median, p90).\n\n"
+               "With --conversation-cache-mib M (and -slots K) each client's rounds are one\n"
+               "growing conversation (round r = round r-1's prompt + answer + P new tokens),\n"
+               "run with the cache off and on; the time to first token of the follow-up\n"
+               "rounds compares restoring the history with re-reading it.\n\n");
     cli_opts_help(f);
 }
 
@@ -231,8 +314,14 @@ int bench_clients(int argc, char **argv)
     }
     if (!o.ep.n_slots)
         o.ep.n_slots = c.clients;
+    c.grow = o.conv_cache_mib > 0;
     if (!o.ep.n_ctx)
-        o.ep.n_ctx = c.prompt_tokens + c.gen_tokens + 1;
+        o.ep.n_ctx = (c.grow ? c.rounds : 1) * (c.prompt_tokens + c.gen_tokens) + 1;
+    /* Every slot may hold a whole context at once, and a sequence takes
+     * whole KV pages: the engine's default pool (n_ctx x slots tokens,
+     * rounded up once) is short when n_ctx is not a multiple of KV_PAGE. */
+    if (!o.ep.kv_resident)
+        o.ep.kv_resident = o.ep.n_slots * ((o.ep.n_ctx + KV_PAGE - 1) / KV_PAGE) * KV_PAGE;
     if (cli_opts_default_model(&o, "bench"))
         return 1;
     o.ep.quiet = !o.verbose;
@@ -247,6 +336,11 @@ int bench_clients(int argc, char **argv)
     fprintf(stderr, "strata: %s\n", desc);
     bc_mode modes[2] = {{.name = "one at a time", .slots = 1},
                         {.name = "slots", .slots = o.ep.n_slots}};
+    if (c.grow) {
+        modes[0] = (bc_mode){.name = "re-read", .slots = o.ep.n_slots};
+        modes[1] = (bc_mode){.name = "restored", .slots = o.ep.n_slots,
+                             .cache_mib = o.conv_cache_mib, .cache_slots = o.conv_cache_slots};
+    }
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
         fprintf(stderr, "strata: bench %s: %d clients x %d rounds, %d prompt + %d generated tokens\n",
@@ -260,7 +354,8 @@ int bench_clients(int argc, char **argv)
     }
     if (c.json) {
         printf("{\"clients\": %d, \"rounds\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
-               "\"modes\": [", c.clients, c.rounds, c.prompt_tokens, c.gen_tokens);
+               "\"growing\": %d, \"modes\": [", c.clients, c.rounds, c.prompt_tokens,
+               c.gen_tokens, c.grow);
         for (int k = 0; k < 2; k++)
             printf("%s{\"mode\": \"%s\", \"slots\": %d, \"requests\": %d, \"generated\": %d, "
                    "\"wall_s\": %.4f, \"total_decode_tps\": %.3f, \"request_decode_tps_median\": "
@@ -268,12 +363,19 @@ int bench_clients(int argc, char **argv)
                    "\"ttft_p90_s\": %.4f}", k ? ", " : "", modes[k].name, modes[k].slots,
                    modes[k].n_req, modes[k].n_gen, modes[k].wall, modes[k].total_tps,
                    modes[k].tps_med, modes[k].tps_p10, modes[k].ttft_med, modes[k].ttft_p90);
+        if (c.grow)
+            for (int k = 0; k < 2; k++)
+                printf(", {\"mode\": \"%s follow-ups\", \"requests\": %d, \"prompt_tokens_mean\": "
+                       "%.1f, \"restored_tokens_mean\": %.1f, \"restore_s_mean\": %.6f, "
+                       "\"ttft_median_s\": %.4f, \"ttft_p90_s\": %.4f}", modes[k].name,
+                       modes[k].n_follow, modes[k].f_prompt, modes[k].f_restored,
+                       modes[k].f_restore_s, modes[k].f_ttft_med, modes[k].f_ttft_p90);
         printf("], \"speedup\": %.3f}\n",
                modes[0].total_tps > 0 ? modes[1].total_tps / modes[0].total_tps : 0);
         return 0;
     }
-    printf("%d clients x %d rounds, %d prompt + %d generated tokens per request\n", c.clients,
-           c.rounds, c.prompt_tokens, c.gen_tokens);
+    printf("%d clients x %d rounds, %d %sprompt + %d generated tokens per request\n", c.clients,
+           c.rounds, c.prompt_tokens, c.grow ? "new " : "", c.gen_tokens);
     printf("%-14s %5s %8s %8s %12s %12s %12s %10s %10s\n", "mode", "slots", "requests", "wall s",
            "total tok/s", "req tok/s", "req tok/s", "ttft s", "ttft s");
     printf("%-14s %5s %8s %8s %12s %12s %12s %10s %10s\n", "", "", "", "", "", "median", "p10",
@@ -282,6 +384,10 @@ int bench_clients(int argc, char **argv)
         printf("%-14s %5d %8d %8.2f %12.2f %12.2f %12.2f %10.3f %10.3f\n", modes[k].name,
                modes[k].slots, modes[k].n_req, modes[k].wall, modes[k].total_tps, modes[k].tps_med,
                modes[k].tps_p10, modes[k].ttft_med, modes[k].ttft_p90);
+    if (c.grow) {
+        bc_print_follow_ups(modes);
+        return 0;
+    }
     if (modes[0].total_tps > 0)
         printf("slots / one at a time: %.2fx total decode tok/s\n",
                modes[1].total_tps / modes[0].total_tps);
