@@ -104,20 +104,23 @@ static int count_list(const char *spec)
  * first token does not pay for page faults. */
 static void prefault(const model *m, const strata_params *p)
 {
-    uint64_t total = gguf_file_size(m->g), step = 1u << 22;
-    const volatile unsigned char *base = (const unsigned char *)m->tok_embd.data -
-                                         (gguf_data_offset(m->g) +
-                                          gguf_find_tensor(m->g, "token_embd.weight")->offset);
-    unsigned sum = 0;
+    uint64_t total = 0, done = 0, last = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++)
+        total += gguf_tensor_at(m->g, i)->nbytes;
     long pg = sysconf(_SC_PAGESIZE);
-    for (uint64_t off = 0; off < total; off += step) {
-        uint64_t end = off + step < total ? off + step : total;
-        for (uint64_t o = off; o < end; o += (uint64_t)pg)
-            sum += base[o];
-        if (p->progress)
-            p->progress(end, total, p->progress_user);
+    volatile unsigned char sink = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->g, i);
+        const unsigned char *d = t->data;
+        for (uint64_t o = 0; o < t->nbytes; o += (uint64_t)pg)
+            sink ^= d[o];
+        done += t->nbytes;
+        if (p->progress && (done - last > (4u << 20) || done == total)) {
+            p->progress(done, total, p->progress_user);
+            last = done;
+        }
     }
-    (void)sum;
+    (void)sink;
 }
 
 /* ---- open / close -------------------------------------------------------- */
