@@ -175,11 +175,11 @@ static int make_stages(strata_engine *e, strata_error *err)
 static int make_kv_pools(strata_engine *e, strata_error *err)
 {
     const model_hparams *hp = &e->m->hp;
-    int tokens = e->p.kv_resident > 0 ? e->p.kv_resident : e->n_ctx * e->p.n_slots;
-    int pages = (tokens + KV_PAGE - 1) / KV_PAGE;
-    /* every slot needs at least one page of its own, plus rounding */
-    if (pages < e->p.n_slots)
-        pages = e->p.n_slots;
+    /* Default: every slot can hold a whole context; a sequence takes whole
+     * pages, so round per slot, not once for all of them. */
+    int pages = e->p.n_slots * ((e->n_ctx + KV_PAGE - 1) / KV_PAGE);
+    if (e->p.kv_resident > 0)
+        pages = (e->p.kv_resident + KV_PAGE - 1) / KV_PAGE;
     for (int i = 0; i < e->n_stages; i++) {
         stage *st = &e->stages[i];
         kv_allocator a = {0};
