@@ -1,0 +1,60 @@
+/* cuda_stage.h: the CUDA backend's state, shared by engine/cuda_setup.c
+ * (upload, allocation, teardown) and engine/backend_cuda.c (the forward
+ * pass).  Internal to engine/; built only with CUDA. */
+#ifndef STRATA_CUDA_STAGE_H
+#define STRATA_CUDA_STAGE_H
+
+#include <cuda_runtime_api.h>
+
+#include "backend_cuda.h"
+
+#define MAX_GRAPH_ROWS 64
+
+typedef struct dweight {
+    void *d;
+    int type;
+    int64_t rows, cols, n_mat;
+} dweight;
+
+typedef struct dlayer {
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+    dweight wq, wk, wv, wo, gate, up, down, router, gate_exps, up_exps, down_exps;
+} dlayer;
+
+/* One stage's card-side state. */
+typedef struct cuda_stage {
+    int dev;
+    cudaStream_t compute, copy;
+    dlayer *layers;              /* l1 - l0 */
+    dweight tok_embd, output;    /* first / last stage */
+    float *output_norm, *rope_freqs;
+    /* activations, max_rows tokens each */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
+    float *moe_w;                /* [rows * k] */
+    int32_t *moe_sel;            /* [rows * k] */
+    /* per-call inputs, uploaded from `in` */
+    int32_t *d_in;               /* tokens | tok_pos | seq_pos | pages */
+    int32_t *h_in;               /* pinned mirror */
+    size_t in_words;
+    void *mm_scratch, *att_scratch;
+    size_t mm_scratch_bytes, att_scratch_bytes;
+    float *h_x;                  /* pinned bounce for stage crossings */
+    cudaEvent_t done;            /* recorded when the stage's work is queued */
+    cudaGraphExec_t graph[MAX_GRAPH_ROWS + 1]; /* decode steps by row count */
+    uint64_t weight_bytes;
+} cuda_stage;
+
+/* What the stages share. */
+typedef struct cuda_engine {
+    int max_rows, page_stride, n_converted;
+    uint64_t total_bytes;
+    int peer_ok;                 /* all consecutive cross-card pairs have peer access */
+    float *h_logits;             /* pinned, max_rows x n_vocab */
+    float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
+    int32_t *h_next, *d_next;    /* [max_rows] sampled ids */
+} cuda_engine;
+
+/* cudaMalloc with an error that says how much was asked and is free. */
+int cuda_dmalloc(void **p, size_t bytes, int dev, const char *what, strata_error *err);
+
+#endif
