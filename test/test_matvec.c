@@ -1,13 +1,19 @@
 /* test_matvec.c: suite "matvec" — the reference matvec/matmul/embed
  * (kernels/cpu/matvec.c) against a float64 dot product of the decoded
  * weights, and cpu_matmul_fast against the reference, for every type strata
- * decodes, on random (never zero) inputs. */
+ * decodes, on random (never zero) inputs; the fast path's invariance (batch
+ * size, thread count) bit for bit; and the ISA guard (no AVX outside the
+ * runtime-dispatched *_avx2 functions). */
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "kernels/cpu/dot_kernels.h"
+#include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
 
@@ -90,9 +96,14 @@ START_TEST(reference_matches_float64_dot)
 }
 END_TEST
 
-/* The fast path sums 256-element chunks in f32 (8 lanes) before adding in
- * double: error ~ sqrt(256) * 2^-24 * sum|w x| per chunk; 1e-5 relative to
- * sum|w x| leaves a wide margin. */
+/* Both kernel sets (scalar, and AVX2 where the CPU has it) against the
+ * reference.  The fused kernels (Q8_0, Q4_0, Q4_1, Q2_0, IQ3_XXS) sum in
+ * f32: the scalar ones 32 products per sub-block (then double), the AVX2
+ * ones in 16 lanes over the whole row (2 accumulators x 8), and Q4_1's
+ * weight is one fma instead of two roundings; the other types sum
+ * 256-element chunks in f32 then double.  Error ~ sqrt(terms per lane) *
+ * 2^-24 * sum|w x|, < 1e-6 of it for these rows; 1e-5 leaves a wide
+ * margin (a rounding-order bug is off by far more). */
 START_TEST(fast_matches_reference)
 {
     const int64_t rows = 203, cols = 768, n = 5; /* odd rows: uneven thread split */
@@ -100,28 +111,161 @@ START_TEST(fast_matches_reference)
     float *y = malloc(n * rows * sizeof *y), *yf = malloc(n * rows * sizeof *yf);
     float *wf = malloc(rows * cols * sizeof *wf);
     test_fill_normal(x, n * cols, 1.0f, 9);
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const int type = weight_types[ti];
-        uint8_t *w = random_weights(type, rows, cols, 200 + ti);
-        type_traits_get(type)->dequant(w, wf, rows * cols);
-        cpu_matmul(type, w, rows, cols, x, n, y);
-        cpu_matmul_fast(type, w, rows, cols, x, n, yf);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t r = 0; r < rows; r++) {
-                double mag = 0;
-                for (int64_t c = 0; c < cols; c++)
-                    mag += fabs((double)wf[r * cols + c] * x[i * cols + c]);
-                ck_assert_msg(fabs(yf[i * rows + r] - y[i * rows + r]) <= 1e-5 * mag + 1e-30,
-                              "%s row %lld tok %lld: fast %.9g ref %.9g",
-                              type_name(type), (long long)r, (long long)i,
-                              yf[i * rows + r], y[i * rows + r]);
-            }
-        free(w);
+    for (int isa = 0; isa <= 1; isa++) {
+        if (cpu_matmul_fast_set_isa(isa) != isa) {
+            test_note_skip("fast_matches_reference (AVX2 kernels)", "CPU lacks AVX2/FMA/F16C");
+            continue;
+        }
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const int type = weight_types[ti];
+            uint8_t *w = random_weights(type, rows, cols, 200 + ti);
+            type_traits_get(type)->dequant(w, wf, rows * cols);
+            cpu_matmul(type, w, rows, cols, x, n, y);
+            cpu_matmul_fast(type, w, rows, cols, x, n, yf);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double mag = 0;
+                    for (int64_t c = 0; c < cols; c++)
+                        mag += fabs((double)wf[r * cols + c] * x[i * cols + c]);
+                    ck_assert_msg(fabs(yf[i * rows + r] - y[i * rows + r]) <= 1e-5 * mag + 1e-30,
+                                  "%s (%s) row %lld tok %lld: fast %.9g ref %.9g",
+                                  type_name(type), isa ? "avx2" : "scalar",
+                                  (long long)r, (long long)i, yf[i * rows + r],
+                                  y[i * rows + r]);
+                }
+            free(w);
+        }
     }
+    cpu_matmul_fast_set_isa(-1);
     free(x);
     free(y);
     free(yf);
     free(wf);
+}
+END_TEST
+
+/* The invariance rule (ops.h): a row's result may not depend on how many
+ * activation rows share the call nor on the thread count.  Bit for bit:
+ * n = 9 (tiles of 4, 4, 1) on 1, 2 and 3 threads against one call per
+ * activation row, for every type and both kernel sets. */
+START_TEST(fast_is_invariant)
+{
+    const int64_t rows = 203, cols = 768, n = 9;
+    float *x = malloc(n * cols * sizeof *x);
+    float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
+    test_fill_normal(x, n * cols, 1.0f, 11);
+    for (int isa = 0; isa <= 1; isa++) {
+        if (cpu_matmul_fast_set_isa(isa) != isa)
+            continue; /* noted by fast_matches_reference */
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const int type = weight_types[ti];
+            uint8_t *w = random_weights(type, rows, cols, 400 + ti);
+            tp_set_threads(1);
+            for (int64_t i = 0; i < n; i++)
+                cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
+            for (int nt = 1; nt <= 3; nt++) {
+                tp_set_threads(nt);
+                ck_assert_int_eq(tp_threads(), nt);
+                memset(yn, 0, n * rows * sizeof *yn);
+                cpu_matmul_fast(type, w, rows, cols, x, n, yn);
+                ck_assert_msg(!memcmp(y1, yn, n * rows * sizeof *yn),
+                              "%s (%s): batch of %lld on %d threads differs from one row at a time",
+                              type_name(type), isa ? "avx2" : "scalar", (long long)n, nt);
+            }
+            free(w);
+        }
+    }
+    tp_set_threads(0);
+    cpu_matmul_fast_set_isa(-1);
+    free(x);
+    free(y1);
+    free(yn);
+}
+END_TEST
+
+/* Issue 3's ISA guard: the library must run on any x86-64, so AVX, AVX2,
+ * FMA or F16C instructions (any VEX/EVEX mnemonic, i.e. one starting with
+ * 'v' other than the VMX/verr ones, or a ymm/zmm operand) may only appear
+ * in functions compiled for them, which dot_kernels.h says are named
+ * *_avx2 (gcc clones keep the name before a '.').  Disassembles the
+ * libstrata.a built next to this binary. */
+static int is_avx_insn(const char *mn, const char *line)
+{
+    static const char *not_avx[] = {
+        "verr", "verw", "vmcall", "vmlaunch", "vmresume", "vmxoff", "vmxon", "vmread",
+        "vmwrite", "vmptrld", "vmptrst", "vmclear", "vmfunc", "vmrun", "vmload",
+        "vmsave", "vmmcall",
+    };
+    if (strstr(line, "%ymm") || strstr(line, "%zmm"))
+        return 1;
+    if (mn[0] != 'v')
+        return 0;
+    for (size_t i = 0; i < sizeof not_avx / sizeof not_avx[0]; i++)
+        if (!strcmp(mn, not_avx[i]))
+            return 0;
+    return 1;
+}
+
+static int is_dispatched_name(const char *fn)
+{
+    char base[256];
+    snprintf(base, sizeof base, "%s", fn);
+    char *dot = strchr(base, '.');
+    if (dot)
+        *dot = '\0';
+    const size_t n = strlen(base);
+    return n >= 5 && !strcmp(base + n - 5, "_avx2");
+}
+
+START_TEST(no_avx_outside_dispatched_functions)
+{
+#if !defined(__x86_64__)
+    TEST_SKIP("not x86-64");
+#else
+    if (test_run("command -v objdump >/dev/null 2>&1", NULL) != 0)
+        TEST_SKIP("objdump not found");
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 32);
+    if (len <= 0)
+        TEST_SKIP("cannot read /proc/self/exe");
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    strcpy(slash + 1, "libstrata.a");
+    if (access(exe, R_OK) != 0)
+        TEST_SKIP("no libstrata.a next to strata-tests");
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn '%s'", exe);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char line[1024], fn[256] = "", bad_fn[256] = "", bad_line[256] = "";
+    long n_bad = 0, n_dispatched = 0, n_lines = 0;
+    while (fgets(line, sizeof line, p)) {
+        n_lines++;
+        char name[256];
+        if (line[0] != ' ' && sscanf(line, "%*x <%255[^>]>:", name) == 1) {
+            snprintf(fn, sizeof fn, "%s", name);
+            continue;
+        }
+        const char *tab = strchr(line, '\t');
+        if (line[0] != ' ' || !tab)
+            continue;
+        char mn[64] = "";
+        if (sscanf(tab + 1, "%63s", mn) != 1 || !is_avx_insn(mn, line))
+            continue;
+        if (is_dispatched_name(fn)) {
+            n_dispatched++;
+        } else if (n_bad++ == 0) {
+            snprintf(bad_fn, sizeof bad_fn, "%s", fn);
+            snprintf(bad_line, sizeof bad_line, "%s", tab + 1);
+        }
+    }
+    const int rc = pclose(p);
+    ck_assert_msg(rc == 0 && n_lines > 1000, "objdump failed (status %d, %ld lines)", rc, n_lines);
+    /* the parser must see the AVX2 kernels, or it proves nothing */
+    ck_assert_msg(n_dispatched > 100, "only %ld AVX instructions in *_avx2 functions", n_dispatched);
+    ck_assert_msg(n_bad == 0, "%ld AVX instruction(s) outside *_avx2 functions, first in %s: %s",
+                  n_bad, bad_fn, bad_line);
+#endif
 }
 END_TEST
 
@@ -147,6 +291,8 @@ static Suite *matvec_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, reference_matches_float64_dot);
     tcase_add_test(tc, fast_matches_reference);
+    tcase_add_test(tc, fast_is_invariant);
+    tcase_add_test(tc, no_avx_outside_dispatched_functions);
     tcase_add_test(tc, embed_is_the_decoded_row);
     suite_add_tcase(s, tc);
     return s;

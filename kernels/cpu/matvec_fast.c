@@ -1,92 +1,79 @@
 /* matvec_fast.c: cpu_matmul_fast, the same product as cpu_matmul
- * (kernels/cpu/matvec.c), spread over threads by rows, with an AVX2+FMA dot
- * product when the CPU has it.
+ * (kernels/cpu/matvec.c), on a persistent thread pool with fused block
+ * kernels.
  *
- * Decode speed is the type's own row decoder (bit-exact, scalar); what this
- * file adds is (1) each row is decoded once per call and dotted with all n
- * activation vectors while it is hot in L1, and (2) the rows are split over
- * up to one thread per core.  The AVX2 function is compiled with
- * __attribute__((target("avx2,fma"))) and only called after
- * __builtin_cpu_supports says so, so the binary runs on any x86-64.
+ *  - Threads: kernels/cpu/threadpool.c, created once.  The rows are cut
+ *    into tasks of whole rows handed out dynamically (a loaded machine
+ *    slows threads unevenly); small products stay on the calling thread,
+ *    where waking a worker would cost more than it saves.
+ *  - Kernels: Q8_0, Q4_0, Q4_1, Q2_0 and IQ3_XXS decode each 32-weight
+ *    sub-block straight into registers and multiply-accumulate it with
+ *    every activation row of the call (kernels/cpu/dot_avx2.c with AVX2,
+ *    FMA and F16C, chosen at run time; dot_scalar.c otherwise).  Other
+ *    types decode 256-element chunks with their own decoder and dot them
+ *    (f32 dot, AVX2 when available), each chunk used for all n rows.
  *
- * Results differ from the reference only by f32 partial sums (8 lanes per
- * 256-element chunk, then added in double): test/test_matvec.c states the
- * tolerance. */
+ * Invariance: every output element is computed by one thread, by the
+ * same sequence of operations whatever n, the task split or the thread
+ * count (dot_kernels.h), so prompt chunking and batching change no bit.
+ * Results differ from the reference by f32 partial sums: the tolerance is
+ * in test/test_matvec.c. */
 #include <assert.h>
-#include <pthread.h>
-#include <unistd.h>
+#include <stdatomic.h>
 
+#include "kernels/cpu/dot_kernels.h"
+#include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
 
-#define FAST_CHUNK 256      /* whole blocks of every type, as in matvec.c */
-#define FAST_MIN_ROWS 16    /* below this many rows per thread, fewer threads */
-#define FAST_MAX_THREADS 64
+#define FAST_CHUNK 256          /* fallback decode chunk: whole blocks of every type */
+#define FAST_MIN_ROWS 16        /* rows per task, at least */
+#define FAST_TASKS_PER_THREAD 8 /* dynamic balance on a busy machine */
+#define FAST_L1_ROWS 16         /* rows revisited per activation tile when n > 1 */
+/* Below this many multiply-adds (rows * cols * n) one thread is quicker:
+ * a job costs a few microseconds of hand-off, a 64K-weight Q4_1 product
+ * about 10 us on one core. */
+#define FAST_INLINE_WORK (64 * 1024)
 
-/* ---- dot products of one decoded chunk ---------------------------------- */
+/* -1: not chosen yet; 0 scalar; 1 AVX2 */
+static atomic_int fast_isa = -1;
 
-static float dot_plain(const float *a, const float *b, int64_t n)
+static int isa_level(void)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    int l = atomic_load_explicit(&fast_isa, memory_order_relaxed);
+    if (l < 0) {
+        l = fast_cpu_avx2_ok() ? 1 : 0;
+        atomic_store_explicit(&fast_isa, l, memory_order_relaxed);
+    }
+    return l;
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-__attribute__((target("avx2,fma")))
-static float dot_avx2(const float *a, const float *b, int64_t n)
+int cpu_matmul_fast_set_isa(int level)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    /* horizontal sum of the 8 lanes */
-    __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
-    __m128 s4 = _mm_add_ps(lo, hi);
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    float s = _mm_cvtss_f32(s1);
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    const int l = level != 0 && fast_cpu_avx2_ok() ? 1 : 0;
+    atomic_store(&fast_isa, l);
+    return l;
 }
-
-static float (*pick_dot(void))(const float *, const float *, int64_t)
-{
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return dot_avx2;
-    return dot_plain;
-}
-#else
-static float (*pick_dot(void))(const float *, const float *, int64_t)
-{
-    return dot_plain;
-}
-#endif
-
-/* ---- one thread's share of rows ----------------------------------------- */
 
 typedef struct fast_job {
+    fast_rows_fn kern;      /* NULL: the decode-a-chunk fallback */
     const type_traits *t;
     const uint8_t *w;       /* rows x row_bytes */
     size_t row_bytes;
-    int64_t rows, cols, n;  /* full shape; this job does rows [r0, r1) */
-    int64_t r0, r1;
+    int64_t rows, cols, n, chunk;
     const float *x;         /* n x cols */
     float *y;               /* n x rows */
     float (*dot)(const float *, const float *, int64_t);
 } fast_job;
 
-static void *fast_rows(void *arg)
+/* The fallback for types without a fused kernel: a row is decoded 256
+ * elements at a time, each chunk dotted in f32 with all n activation rows
+ * and added in double. */
+static void chunk_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
-    const fast_job *j = arg;
     float wbuf[FAST_CHUNK];
     double acc[16];
-    for (int64_t r = j->r0; r < j->r1; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = j->w + r * j->row_bytes;
         /* tokens in groups of 16 so the accumulators stay on the stack */
         for (int64_t i0 = 0; i0 < j->n; i0 += 16) {
@@ -103,17 +90,30 @@ static void *fast_rows(void *arg)
                 j->y[(i0 + i) * j->rows + r] = (float)acc[i];
         }
     }
-    return NULL;
 }
 
-static int fast_n_threads(int64_t rows)
+static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t by_rows = rows / FAST_MIN_ROWS;
-    int64_t n = cores < 1 ? 1 : cores;
-    n = n < by_rows ? n : by_rows;
-    n = n < FAST_MAX_THREADS ? n : FAST_MAX_THREADS;
-    return n < 1 ? 1 : (int)n;
+    if (!j->kern) {
+        chunk_rows(j, r0, r1);
+        return;
+    }
+    /* with a batch, a few rows at a time so they stay in L1 while every
+     * activation tile passes; a row's arithmetic is the same either way */
+    const int64_t step = j->n > 1 ? FAST_L1_ROWS : r1 - r0;
+    for (int64_t r = r0; r < r1; r += step) {
+        const int64_t nr = r1 - r < step ? r1 - r : step;
+        j->kern(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->x, j->n,
+                j->y + r, j->rows);
+    }
+}
+
+static void fast_task(void *ctx, int64_t k)
+{
+    const fast_job *j = ctx;
+    const int64_t r0 = k * j->chunk;
+    const int64_t r1 = r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows;
+    fast_rows(j, r0, r1);
 }
 
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
@@ -121,29 +121,25 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
 {
     const type_traits *t = type_traits_get(type);
     assert(t && t->dequant && cols % t->blck == 0);
-    const int nt = fast_n_threads(rows);
-    fast_job jobs[FAST_MAX_THREADS];
-    pthread_t tid[FAST_MAX_THREADS];
-    int started[FAST_MAX_THREADS] = {0};
-    float (*dot)(const float *, const float *, int64_t) = pick_dot();
-
-    for (int k = 0; k < nt; k++) {
-        jobs[k] = (fast_job){
-            .t = t, .w = w, .row_bytes = type_row_bytes(type, cols),
-            .rows = rows, .cols = cols, .n = n,
-            .r0 = rows * k / nt, .r1 = rows * (k + 1) / nt,
-            .x = x, .y = y, .dot = dot,
-        };
+    if (rows <= 0 || n <= 0)
+        return;
+    const int avx2 = isa_level();
+    fast_job j = {
+        .kern = avx2 ? fast_rows_vec(type) : fast_rows_scalar(type),
+        .t = t, .w = w, .row_bytes = type_row_bytes(type, cols),
+        .rows = rows, .cols = cols, .n = n, .chunk = rows,
+        .x = x, .y = y, .dot = avx2 ? fast_dot_f32_avx2 : fast_dot_f32,
+    };
+    if (rows * cols * n < FAST_INLINE_WORK || rows < 2 * FAST_MIN_ROWS) {
+        fast_rows(&j, 0, rows);
+        return;
     }
-    /* job 0 runs on the calling thread; a job whose thread cannot be
-     * created runs here too, so a failed pthread_create only costs speed */
-    for (int k = 1; k < nt; k++)
-        started[k] = pthread_create(&tid[k], NULL, fast_rows, &jobs[k]) == 0;
-    fast_rows(&jobs[0]);
-    for (int k = 1; k < nt; k++) {
-        if (started[k])
-            pthread_join(tid[k], NULL);
-        else
-            fast_rows(&jobs[k]);
+    const int nt = tp_threads();
+    if (nt <= 1) {
+        fast_rows(&j, 0, rows);
+        return;
     }
+    int64_t chunk = (rows + nt * FAST_TASKS_PER_THREAD - 1) / (nt * FAST_TASKS_PER_THREAD);
+    j.chunk = chunk < FAST_MIN_ROWS ? FAST_MIN_ROWS : chunk;
+    tp_parallel_for((rows + j.chunk - 1) / j.chunk, fast_task, &j);
 }

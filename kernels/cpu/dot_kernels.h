@@ -1,0 +1,47 @@
+/* dot_kernels.h: the fused block kernels behind cpu_matmul_fast (internal
+ * to kernels/cpu and its tests).
+ *
+ * A rows kernel computes, for nrows consecutive weight rows and n
+ * activation rows,
+ *     y[i * ystride + r] = sum_c W[r][c] * x[i * cols + c]
+ * decoding each 32-weight sub-block straight into registers and using it
+ * for every activation row before moving on (no row buffer; in a batch,
+ * each block is read and decoded once per tile of activation rows).
+ *
+ * Reduction order: each output element has its own accumulators, fed
+ * sub-block after sub-block in column order, and summed the same way at
+ * the end, so a result does not depend on n, on nrows, or on the thread
+ * that computes it.  The scalar and AVX2 kernels round differently from
+ * each other (and from the reference); a process uses one of them.
+ *
+ * ISA rule (checked by test/test_matvec.c): every function compiled for
+ * AVX2/FMA/F16C has a name ending in `_avx2`, and only those contain
+ * AVX instructions; they are called only after __builtin_cpu_supports. */
+#ifndef STRATA_DOT_KERNELS_H
+#define STRATA_DOT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*fast_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows,
+                             int64_t cols, const float *x, int64_t n, float *y,
+                             int64_t ystride);
+
+/* The kernel for a type, or NULL if it has none (cpu_matmul_fast then
+ * decodes 256-element chunks with the type's own decoder). */
+fast_rows_fn fast_rows_scalar(int type);   /* dot_scalar.c, portable */
+fast_rows_fn fast_rows_vec(int type);      /* dot_avx2.c; NULL off x86-64 */
+
+/* f32 dot products for the decode-a-chunk fallback. */
+float fast_dot_f32(const float *a, const float *b, int64_t n);
+float fast_dot_f32_avx2(const float *a, const float *b, int64_t n);
+
+/* 1 if this CPU runs the _avx2 functions (AVX2, FMA and F16C). */
+int fast_cpu_avx2_ok(void);
+
+/* Which kernels cpu_matmul_fast uses: -1 the best this CPU has (default),
+ * 0 scalar, 1 AVX2 (ignored without it).  Returns the level in effect.
+ * For tests and benchmarks; call it while no matmul runs. */
+int cpu_matmul_fast_set_isa(int level);
+
+#endif
