@@ -25,6 +25,8 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
         st = &local;
     *st = (gen_stats){0};
     st->stop_token = -1;
+    if (n_prompt <= 0)
+        return strata_err(err, STRATA_E_ARG, "empty prompt: nothing to continue from");
     float *logits = malloc((size_t)V * sizeof *logits);
     if (!logits)
         return strata_err(err, STRATA_E_NOMEM, "out of memory");
