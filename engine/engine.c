@@ -25,6 +25,8 @@ int strata_n_ctx(const strata_engine *e) { return e->n_ctx; }
 int strata_n_vocab(const strata_engine *e) { return e->m->hp.n_vocab; }
 int strata_backend(const strata_engine *e) { return e->backend; }
 int strata_n_stages(const strata_engine *e) { return e->n_stages; }
+int strata_n_slots(const strata_engine *e) { return e->p.n_slots; }
+int strata_n_chunk(const strata_engine *e) { return e->p.n_chunk; }
 
 /* ---- placement ----------------------------------------------------------- */
 

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_internal.h"
+#include "engine/strata.h"
 #include "generate.h"
 #include "model/tokenizer.h"
 
@@ -695,14 +695,14 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
     pthread_cond_init(&s->cv, NULL);
     s->e = e;
     s->p = p ? *p : sched_params_default();
-    s->n_slots = e->p.n_slots;
+    s->n_slots = strata_n_slots(e);
     if (s->p.n_slots > 0 && s->p.n_slots < s->n_slots)
         s->n_slots = s->p.n_slots;
     s->V = strata_n_vocab(e);
     s->n_ctx = strata_n_ctx(e);
     /* A chunk larger than the engine's only splits again inside
      * strata_seq_feed, and still stalls the decoding slots for all of it. */
-    s->chunk = s->p.chunk > 0 ? s->p.chunk : e->p.n_chunk;
+    s->chunk = s->p.chunk > 0 ? s->p.chunk : strata_n_chunk(e);
     /* An unknown chat format only matters to requests made of messages. */
     s->fmt_rc = chat_template_from_gguf(&s->fmt, strata_model(e)->g, s->p.chat_template,
                                         &s->fmt_err);

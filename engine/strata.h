@@ -56,6 +56,8 @@ int strata_n_ctx(const strata_engine *e);
 int strata_n_vocab(const strata_engine *e);
 int strata_backend(const strata_engine *e);   /* the backend actually used */
 int strata_n_stages(const strata_engine *e);
+int strata_n_slots(const strata_engine *e);   /* sequences that may decode together */
+int strata_n_chunk(const strata_engine *e);   /* prompt tokens per forward call */
 /* One line describing placement, memory and KV budgets (for logs, /stats). */
 void strata_describe(const strata_engine *e, char *buf, size_t cap);
 
