@@ -2,9 +2,10 @@
  *
  *   prompt  -p P random token ids read into a fresh sequence (prefill in
  *           the engine's chunks), tokens per second;
- *   decode  for each batch size B: B sequences, each first reads a short
- *           prompt (BM_SHORT tokens, untimed), then -n N timed steps of
- *           strata_decode_batch (one token per sequence per step).
+ *   decode  for each context C of --ctx (default 0) and batch size B: B
+ *           sequences, each first reads C + BM_SHORT tokens (untimed), then
+ *           -n N timed steps of strata_decode_batch (one token per sequence
+ *           per step).
  * Each figure is the median of --reps R runs after one warm-up run (first
  * touches of the weights and KV pages are not what a server sees).
  *
@@ -14,7 +15,8 @@
  * untied one by its size less one row) plus each sequence's K and V at its
  * current context (the mean over the timed steps).  GB/s = those bytes per
  * step / seconds per step: the number to hold against the memory
- * bandwidth. */
+ * bandwidth, which a CUDA build measures in the same run (a 16-byte-load
+ * read of 2 GiB, cuda_read_probe) and prints the fraction of. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +26,16 @@
 #include "engine/generate.h"
 #include "options.h"
 
+#ifdef STRATA_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
 enum { BM_SHORT = 32, BM_MAX_BATCH = 64 };
 
 typedef struct bm_decode {
-    int batch;
+    int batch, ctx;
     double tok_s, ms_step, weight_mb, kv_mb, gb_s;
 } bm_decode;
 
@@ -52,13 +60,14 @@ static double median(double *v, int n)
 }
 
 /* "1,2,4,8" -> sizes; returns the count, or -1 on a bad list. */
-static int parse_batches(const char *s, int *out, int cap)
+/* "1,2,4" -> values in [lo, hi]; the count, or -1 on a bad list. */
+static int parse_list(const char *s, int *out, int cap, long lo, long hi)
 {
     int n = 0;
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > BM_MAX_BATCH || n == cap)
+        if (end == s || v < lo || v > hi || n == cap)
             return -1;
         out[n++] = (int)v;
         s = end;
@@ -119,15 +128,15 @@ static int time_prompt(bm_run *r, int n_prompt, double *dt, strata_error *err)
     return rc;
 }
 
-/* Seconds for `steps` decode steps of `batch` sequences after a short
- * prompt each. */
-static int time_decode(bm_run *r, int batch, int steps, double *dt, strata_error *err)
+/* Seconds for `steps` decode steps of `batch` sequences after a prompt of
+ * ctx + BM_SHORT tokens each. */
+static int time_decode(bm_run *r, int batch, int ctx, int steps, double *dt, strata_error *err)
 {
     int rc = 0;
     for (int b = 0; b < batch && !rc; b++) {
         strata_seq_reset(r->seqs[b]);
-        random_ids(r->ids, BM_SHORT, r->n_vocab, &r->rng);
-        rc = strata_seq_feed(r->seqs[b], r->ids, BM_SHORT, r->logits, NULL, err);
+        random_ids(r->ids, ctx + BM_SHORT, r->n_vocab, &r->rng);
+        rc = strata_seq_feed(r->seqs[b], r->ids, ctx + BM_SHORT, r->logits, NULL, err);
     }
     double t0 = strata_now();
     for (int s = 0; s < steps && !rc; s++) {
@@ -136,6 +145,47 @@ static int time_decode(bm_run *r, int batch, int steps, double *dt, strata_error
     }
     *dt = strata_now() - t0;
     return rc;
+}
+
+/* The card's read bandwidth, measured now: median of 9 reads of 2 GiB with
+ * 16-byte loads (0 without CUDA or on failure). */
+static double read_bandwidth(const strata_engine *e)
+{
+#ifdef STRATA_CUDA
+    if (strata_backend(e) != STRATA_BACKEND_CUDA)
+        return 0;
+    size_t bytes = (size_t)2 << 30;
+    void *buf = NULL;
+    uint32_t *sink = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    double t[9], gbs = 0;
+    strata_error err;
+    if (cudaMalloc(&buf, bytes) == cudaSuccess && cudaMalloc((void **)&sink, 4) == cudaSuccess &&
+        cudaMemset(buf, 1, bytes) == cudaSuccess && cudaEventCreate(&a) == cudaSuccess &&
+        cudaEventCreate(&b) == cudaSuccess && !cuda_read_probe(buf, bytes, sink, 0, &err)) {
+        int ok = 1;
+        for (int i = 0; i < 9 && ok; i++) {
+            float ms = 0;
+            ok = cudaEventRecord(a, 0) == cudaSuccess && !cuda_read_probe(buf, bytes, sink, 0, &err) &&
+                 cudaEventRecord(b, 0) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+                 cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+            t[i] = bytes / (ms * 1e-3) / 1e9;
+        }
+        if (ok)
+            gbs = median(t, 9);
+    }
+    cudaGetLastError();
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
+    cudaFree(buf);
+    cudaFree(sink);
+    return gbs;
+#else
+    (void)e;
+    return 0;
+#endif
 }
 
 static void usage_hint(void)
@@ -149,6 +199,7 @@ int bench_model(int argc, char **argv)
     cli_opts_init(&o);
     int n_prompt = 512, steps = 128, reps = 3, json = 0;
     int batches[16] = {1, 2, 4, 8}, n_batches = 4;
+    int ctxs[16] = {0}, n_ctxs = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         /* -p, -n and --batch mean counts here, not the shared prompt text,
@@ -157,6 +208,17 @@ int bench_model(int argc, char **argv)
                    : !strcmp(a, "--reps") ? &reps : NULL;
         if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--ctx")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "strata-cli bench: --ctx needs a value\n");
+                return 2;
+            }
+            n_ctxs = parse_list(argv[++i], ctxs, 16, 0, 1 << 20);
+            if (n_ctxs < 1) {
+                fprintf(stderr, "strata-cli bench: --ctx '%s': expected contexts like "
+                                "0,4096,32768\n", argv[i]);
+                return 2;
+            }
         } else if (count || !strcmp(a, "--batch")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "strata-cli bench: %s needs a value\n", a);
@@ -164,7 +226,7 @@ int bench_model(int argc, char **argv)
             }
             const char *v = argv[++i];
             if (!count) {
-                n_batches = parse_batches(v, batches, 16);
+                n_batches = parse_list(v, batches, 16, 1, BM_MAX_BATCH);
                 if (n_batches < 1) {
                     fprintf(stderr, "strata-cli bench: --batch '%s': expected sizes 1..%d like "
                                     "1,2,4,8\n", v, BM_MAX_BATCH);
@@ -195,7 +257,11 @@ int bench_model(int argc, char **argv)
     int max_batch = 1;
     for (int k = 0; k < n_batches; k++)
         max_batch = batches[k] > max_batch ? batches[k] : max_batch;
-    const int need_ctx = (n_prompt > BM_SHORT + steps ? n_prompt : BM_SHORT + steps) + 1;
+    int max_ctx = 0;
+    for (int k = 0; k < n_ctxs; k++)
+        max_ctx = ctxs[k] > max_ctx ? ctxs[k] : max_ctx;
+    const int need_ctx =
+        (n_prompt > max_ctx + BM_SHORT + steps ? n_prompt : max_ctx + BM_SHORT + steps) + 1;
     if (!o.ep.n_ctx)
         o.ep.n_ctx = need_ctx;
     if (o.ep.n_ctx < need_ctx) {
@@ -212,7 +278,8 @@ int bench_model(int argc, char **argv)
     bm_run r = {0};
     r.rng = 0x5eed;
     int rc = strata_open(&o.ep, &r.e, &err);
-    bm_decode dec[16];
+    bm_decode dec[256];
+    int n_dec = 0;
     double prompt_tok_s = 0;
     double *times = calloc((size_t)reps, sizeof *times);
     if (!rc) {
@@ -241,30 +308,37 @@ int bench_model(int argc, char **argv)
             printf("prompt  %5d tok: %9.1f tok/s (median of %d)\n", n_prompt, prompt_tok_s, reps);
     }
     const double kv_tok = m ? kv_token_bytes(m, o.ep.kv_type) : 0;
-    for (int k = 0; k < n_batches && !rc; k++) {
-        const int B = batches[k];
-        rc = time_decode(&r, B, steps < 4 ? steps : 4, &dt, &err); /* warm-up */
+    const double bw = rc ? 0 : read_bandwidth(r.e);
+    if (bw > 0 && !json)
+        printf("card read bandwidth, measured now: %.0f GB/s\n", bw);
+    for (int k = 0; k < n_batches * n_ctxs && !rc; k++) {
+        const int B = batches[k % n_batches], C = ctxs[k / n_batches];
+        rc = time_decode(&r, B, C, steps < 4 ? steps : 4, &dt, &err); /* warm-up */
         for (int q = 0; q < reps && !rc; q++) {
-            rc = time_decode(&r, B, steps, &dt, &err);
+            rc = time_decode(&r, B, C, steps, &dt, &err);
             times[q] = dt / steps;
         }
         if (rc)
             break;
-        bm_decode *d = &dec[k];
+        bm_decode *d = &dec[n_dec++];
         const double s_step = median(times, reps);
-        /* mean context over the timed steps: the short prompt, then one
-         * more token per step */
-        const double mean_ctx = BM_SHORT + (steps + 1) / 2.0;
+        /* mean context over the timed steps: the prompt, then one more
+         * token per step */
+        const double mean_ctx = C + BM_SHORT + (steps + 1) / 2.0;
         d->batch = B;
+        d->ctx = C;
         d->ms_step = s_step * 1e3;
         d->tok_s = B / s_step;
         d->weight_mb = (double)m->weight_bytes / 1e6;
         d->kv_mb = B * mean_ctx * kv_tok / 1e6;
         d->gb_s = (d->weight_mb + d->kv_mb) / 1e3 / s_step;
         if (!json) {
-            printf("decode batch %2d: %9.1f tok/s, %8.2f ms/step, reads %.1f MB weights + "
-                   "%.2f MB KV per step = %.2f GB/s\n", B, d->tok_s, d->ms_step, d->weight_mb,
+            printf("decode batch %2d ctx %6d: %9.1f tok/s, %8.2f ms/step, reads %.1f MB weights + "
+                   "%.2f MB KV per step = %.2f GB/s", B, C, d->tok_s, d->ms_step, d->weight_mb,
                    d->kv_mb, d->gb_s);
+            if (bw > 0)
+                printf(" (%.1f %% of %.0f)", 100.0 * d->gb_s / bw, bw);
+            printf("\n");
             fflush(stdout);
         }
     }
@@ -276,16 +350,17 @@ int bench_model(int argc, char **argv)
         printf(", \"arch\": ");
         json_string(stdout, m->arch_name);
         printf(", \"backend\": \"%s\", \"stages\": %d, \"kv\": \"%s\", \"threads\": %d, "
-               "\"reps\": %d, \"weight_bytes\": %llu,\n \"prompt\": {\"tokens\": %d, "
+               "\"reps\": %d, \"weight_bytes\": %llu, \"read_gb_s\": %.1f,\n \"prompt\": {\"tokens\": %d, "
                "\"tok_s\": %.2f},\n \"decode\": [",
                strata_backend(r.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", strata_n_stages(r.e),
                o.ep.kv_type == KV_F16 ? "f16" : "k8v4", o.ep.n_threads, reps,
-               (unsigned long long)m->weight_bytes, n_prompt, prompt_tok_s);
-        for (int k = 0; k < n_batches; k++)
-            printf("%s\n  {\"batch\": %d, \"steps\": %d, \"short_prompt\": %d, \"tok_s\": %.2f, "
-                   "\"ms_per_step\": %.3f, \"weight_mb\": %.2f, \"kv_mb\": %.3f, "
-                   "\"gb_s\": %.3f}", k ? "," : "", dec[k].batch, steps, BM_SHORT,
-                   dec[k].tok_s, dec[k].ms_step, dec[k].weight_mb, dec[k].kv_mb, dec[k].gb_s);
+               (unsigned long long)m->weight_bytes, bw, n_prompt, prompt_tok_s);
+        for (int k = 0; k < n_dec; k++)
+            printf("%s\n  {\"batch\": %d, \"ctx\": %d, \"steps\": %d, \"short_prompt\": %d, "
+                   "\"tok_s\": %.2f, \"ms_per_step\": %.3f, \"weight_mb\": %.2f, "
+                   "\"kv_mb\": %.3f, \"gb_s\": %.3f}", k ? "," : "", dec[k].batch, dec[k].ctx,
+                   steps, BM_SHORT, dec[k].tok_s, dec[k].ms_step, dec[k].weight_mb, dec[k].kv_mb,
+                   dec[k].gb_s);
         printf("]}\n");
     }
     for (int b = 0; r.seqs && b < max_batch; b++)

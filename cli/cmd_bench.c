@@ -49,14 +49,15 @@ static const char *mode_status(const bench_mode *m)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench -m MODEL [-p 512] [-n 128] [--batch 1,2,4,8] [--reps 3]\n"
-               "                        [--json] [engine options]\n"
+    fprintf(f, "usage: strata-cli bench -m MODEL [-p 512] [-n 128] [--batch 1,2,4,8] [--ctx 0,4096]\n"
+               "                        [--reps 3] [--json] [engine options]\n"
                "       strata-cli bench MODE [mode options]\n\n"
                "Without a mode: prompt tok/s (-p random tokens into a fresh sequence) and decode\n"
-               "tok/s per batch size (each sequence prefilled with a short prompt, then -n steps\n"
-               "of one token per sequence), the median of --reps runs after a warm-up, with the\n"
-               "bytes one decode step reads (weights + KV at that context) and the GB/s that\n"
-               "makes.  --json prints the same figures as one JSON object.\n\n"
+               "tok/s per context and batch size (each sequence prefilled with that many tokens\n"
+               "plus a short prompt, then -n steps of one token per sequence), the median of\n"
+               "--reps runs after a warm-up, with the bytes one decode step reads (weights + KV\n"
+               "at that context) and the GB/s that makes; on a card also its fraction of the read\n"
+               "bandwidth measured in the same run.  --json prints the same as one JSON object.\n\n"
                "modes:\n");
     for (size_t i = 0; i < N_BENCH_MODES; i++)
         fprintf(f, "  %-16s %s%s\n", bench_modes[i].flag, bench_modes[i].what,
