@@ -32,38 +32,8 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
+#include "cuda_testutil.h"
 
-#define CK(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
-#define OK(call)                                                                          \
-    do {                                                                                  \
-        strata_error e_;                                                                  \
-        strata_err_clear(&e_);                                                            \
-        int rc_ = (call);                                                                 \
-        ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg);                         \
-    } while (0)
-
-static void *dup_to_dev(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    if (bytes)
-        CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
-    CK(cudaMemset(d, 0xff, bytes ? bytes : 1)); /* poison: NaN */
-    return d;
-}
-
-static void to_host(void *h, const void *d, size_t bytes)
-{
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-}
 
 /* A cache of n_seq sequences, each with its own shuffled page table row
  * (pages_per entries), filled by cpu_kv_store for positions 0..len[s]-1;
