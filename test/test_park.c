@@ -15,32 +15,15 @@
 #include "engine/engine_internal.h"
 #include "engine/park.h"
 #include "kernels/ops.h"
-#include "model/mkmodel.h"
 #include "model/quant.h"
 
 #define N_VOCAB 400
 
 static const char *park_model(void)
 {
-    static char path[1024];
-    if (path[0])
-        return path;
-    snprintf(path, sizeof path, "%s/park-llama.gguf", test_tmpdir());
-    mkmodel_params mp;
-    memset(&mp, 0, sizeof mp);
-    mp.arch = "llama";
-    mp.n_layer = 4;
-    mp.n_embd = 128;
-    mp.n_head = 4;
-    mp.n_head_kv = 2;
-    mp.n_ff = 256;
-    mp.n_vocab = N_VOCAB;
-    mp.type = GGML_TYPE_Q8_0;
-    mp.seed = 7;
-    mp.n_threads = 1;
-    strata_error err = {0};
-    int rc = mkmodel_write(&mp, path, &err);
-    ck_assert_msg(rc == 0, "mkmodel: %s", err.msg);
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("park-llama", N_VOCAB, 7);
     return path;
 }
 

@@ -19,7 +19,6 @@
 #include "engine/scheduler.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
-#include "model/mkmodel.h"
 #include "model/quant.h"
 #include "model/tokenizer.h"
 
@@ -573,24 +572,9 @@ END_TEST
 
 static const char *cache_model(void)
 {
-    static char path[1024];
-    if (path[0])
-        return path;
-    snprintf(path, sizeof path, "%s/sched-cache-llama.gguf", test_tmpdir());
-    mkmodel_params mp;
-    memset(&mp, 0, sizeof mp);
-    mp.arch = "llama";
-    mp.n_layer = 4;
-    mp.n_embd = 128;
-    mp.n_head = 4;
-    mp.n_head_kv = 2;
-    mp.n_ff = 256;
-    mp.n_vocab = CC_VOCAB;
-    mp.type = GGML_TYPE_Q8_0;
-    mp.seed = 11;
-    mp.n_threads = 1;
-    strata_error err = {0};
-    ck_assert_msg(mkmodel_write(&mp, path, &err) == 0, "mkmodel: %s", err.msg);
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("sched-cache-llama", CC_VOCAB, 11);
     return path;
 }
 

@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/error.h"
+#include "model/mkmodel.h"
+#include "model/quant.h"
+
 #ifdef STRATA_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -122,6 +126,29 @@ void test_fill_normal(float *x, size_t n, float scale, uint64_t seed)
         float v = test_rand_normal(&s) * scale;
         x[i] = v != 0.0f ? v : scale * 1e-3f;
     }
+}
+
+const char *test_tiny_llama(const char *name, int n_vocab, uint64_t seed)
+{
+    char *path = malloc(1024); /* one per model for the process's life */
+    ck_assert_ptr_nonnull(path);
+    snprintf(path, 1024, "%s/%s.gguf", test_tmpdir(), name);
+    mkmodel_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.arch = "llama";
+    mp.n_layer = 4;
+    mp.n_embd = 128;
+    mp.n_head = 4;
+    mp.n_head_kv = 2;
+    mp.n_ff = 256;
+    mp.n_vocab = n_vocab;
+    mp.type = GGML_TYPE_Q8_0;
+    mp.seed = seed;
+    mp.n_threads = 1;
+    strata_error err = {0};
+    int rc = mkmodel_write(&mp, path, &err);
+    ck_assert_msg(rc == 0, "mkmodel: %s", err.msg);
+    return path;
 }
 
 int test_have_gpu(const char **why)

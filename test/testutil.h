@@ -49,6 +49,11 @@ uint64_t test_rand_u64(uint64_t *state);
 float test_rand_normal(uint64_t *state);
 void test_fill_normal(float *x, size_t n, float scale, uint64_t seed);
 
+/* A small random llama (4 layers, dim 128, 4/2 heads, ff 256, Q8_0) written
+ * once per process with mkmodel into the temp dir as NAME.gguf: fast enough
+ * for tests that run many conversations.  Returns its path. */
+const char *test_tiny_llama(const char *name, int n_vocab, uint64_t seed);
+
 /* 1 if a usable CUDA device exists (and the build has CUDA); else 0 and
  * *why says why. */
 int test_have_gpu(const char **why);
