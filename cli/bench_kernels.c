@@ -5,6 +5,7 @@
  *   --json            one JSON object instead of the table
  *   --types a,b,...   weight types (default iq3_xxs,q2_0,q4_0,q8_0)
  *   --reps N          timed runs per measurement (default 20, at least 15)
+ *   --shapes RxC[xN],...  these shapes instead of the standard set (N: tokens, 1)
  *
  * Method (METHOD.md): the read bandwidth is measured in the same run with a
  * 16-byte-load streaming kernel over 4 GiB.  Each kernel runs 3 times to
@@ -23,6 +24,35 @@
 #include "model/quant.h"
 
 #ifndef STRATA_CUDA
+
+typedef struct bk_shape {
+    int64_t rows, cols, n;
+    double ggml; /* ggml's microseconds from ANCHORS.md, 0: none */
+} bk_shape;
+
+/* "ROWSxCOLS[xN],..." (N defaults to 1) into out; the count, or -1. */
+static int bk_parse_shapes(const char *spec, bk_shape *out, int max)
+{
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        long long r = 0, c = 0, k = 1;
+        int used = 0;
+        if (n == max || sscanf(p, "%lldx%lld%n", &r, &c, &used) != 2 || r < 1 || c < 1)
+            return -1;
+        p += used;
+        if (*p == 'x' && (sscanf(p, "x%lld%n", &k, &used) != 1 || k < 1))
+            return -1;
+        if (*p == 'x')
+            p += used;
+        out[n++] = (bk_shape){r, c, k, 0};
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
 
 int bench_kernels(int argc, char **argv)
 {
@@ -283,11 +313,42 @@ fail:
     return rc;
 }
 
+typedef struct bk_shape {
+    int64_t rows, cols, n;
+    double ggml; /* ggml's microseconds from ANCHORS.md, 0: none */
+} bk_shape;
+
+/* "ROWSxCOLS[xN],..." (N defaults to 1) into out; the count, or -1. */
+static int bk_parse_shapes(const char *spec, bk_shape *out, int max)
+{
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        long long r = 0, c = 0, k = 1;
+        int used = 0;
+        if (n == max || sscanf(p, "%lldx%lld%n", &r, &c, &used) != 2 || r < 1 || c < 1)
+            return -1;
+        p += used;
+        if (*p == 'x' && (sscanf(p, "x%lld%n", &k, &used) != 1 || k < 1))
+            return -1;
+        if (*p == 'x')
+            p += used;
+        out[n++] = (bk_shape){r, c, k, 0};
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
 int bench_kernels(int argc, char **argv)
 {
     int json = 0, reps = 20;
     int types[8] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
     int ntypes = 4;
+    bk_shape custom[16];
+    int ncustom = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = 1;
@@ -304,6 +365,13 @@ int bench_kernels(int argc, char **argv)
                     return 2;
                 }
                 types[ntypes++] = t->id;
+            }
+        } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
+            ncustom = bk_parse_shapes(argv[++i], custom, 16);
+            if (ncustom <= 0) {
+                fprintf(stderr, "bench --kernels: --shapes '%s': want ROWSxCOLS[xN],... (at most 16)\n",
+                        argv[i]);
+                return 2;
             }
         } else if (strcmp(argv[i], "--kernels") != 0) {
             fprintf(stderr, "bench --kernels: unknown option '%s'\n", argv[i]);
@@ -342,15 +410,14 @@ int bench_kernels(int argc, char **argv)
     for (int ti = 0; ti < ntypes; ti++) {
         const int type = types[ti];
         const bk_ggml *g = bk_ggml_of(type);
-        struct {
-            int64_t rows, cols, n;
-            double ggml;
-        } shapes[] = {
+        bk_shape std_shapes[] = {
             {131072, 4096, 1, g ? g->n1_big : 0}, {4096, 14336, 1, g ? g->n1 : 0},
             {4096, 14336, 2, 0},                  {4096, 14336, 4, 0},
             {4096, 14336, 8, g ? g->n8 : 0},      {4096, 14336, 512, g ? g->n512 : 0},
         };
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && nrows < 64; k++) {
+        const bk_shape *shapes = ncustom ? custom : std_shapes;
+        const size_t nshapes = ncustom ? (size_t)ncustom : sizeof std_shapes / sizeof std_shapes[0];
+        for (size_t k = 0; k < nshapes && nrows < 64; k++) {
             if (bk_run(type, shapes[k].rows, shapes[k].cols, shapes[k].n, shapes[k].ggml, bw, reps, s,
                        &rows_out[nrows]) == 0)
                 nrows++;

@@ -116,54 +116,81 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
                         cs->compute, err);
     if (!rc && st->index == 0)
         rc = dtrace(cs, c, "embed", -1, cs->x, D, err);
+    int normed = 0; /* xb already holds attn_norm(x) (fused into the last add) */
     for (int il = st->l0; il < st->l1 && !rc; il++) {
         const dlayer *d = &cs->layers[il - st->l0];
         kv_view kv = kv_pool_view(st->kv, il - st->l0, pages);
-        rc = cuda_rmsnorm(cs->x, d->attn_norm, cs->xb, n, D, hp->eps, cs->compute, err);
-        rc = rc ? rc : matmul(cs, &d->wq, cs->xb, n, cs->q, err);
-        rc = rc ? rc : matmul(cs, &d->wk, cs->xb, n, cs->k, err);
-        rc = rc ? rc : matmul(cs, &d->wv, cs->xb, n, cs->v, err);
+        if (!normed)
+            rc = cuda_rmsnorm(cs->x, d->attn_norm, cs->xb, n, D, hp->eps, cs->compute, err);
+        normed = 0;
+        /* q, k, v: one stacked matvec (rows q|k|v per token) or three */
+        float *q = cs->q, *k = cs->k, *v = cs->v;
+        int64_t qs = dq, ks = dkv, vs = dkv;
+        if (d->wqkv.d) {
+            rc = rc ? rc : matmul(cs, &d->wqkv, cs->xb, n, cs->q, err);
+            k = q + dq;
+            v = k + dkv;
+            qs = ks = vs = dq + 2 * dkv;
+        } else {
+            rc = rc ? rc : matmul(cs, &d->wq, cs->xb, n, q, err);
+            rc = rc ? rc : matmul(cs, &d->wk, cs->xb, n, k, err);
+            rc = rc ? rc : matmul(cs, &d->wv, cs->xb, n, v, err);
+        }
         rc = rc ? rc : dtrace(cs, c, "attn_norm", il, cs->xb, D, err);
-        rc = rc ? rc : dtrace(cs, c, "q", il, cs->q, dq, err);
-        rc = rc ? rc : dtrace(cs, c, "k", il, cs->k, dkv, err);
-        rc = rc ? rc : dtrace(cs, c, "v", il, cs->v, dkv, err);
+        rc = rc ? rc : dtrace(cs, c, "q", il, q, dq, err);
+        rc = rc ? rc : dtrace(cs, c, "k", il, k, dkv, err);
+        rc = rc ? rc : dtrace(cs, c, "v", il, v, dkv, err);
         if (!rc && d->bq) {
-            rc = cuda_bias_add(cs->q, d->bq, n, dq, dq, cs->compute, err);
-            rc = rc ? rc : cuda_bias_add(cs->k, d->bk, n, dkv, dkv, cs->compute, err);
-            rc = rc ? rc : cuda_bias_add(cs->v, d->bv, n, dkv, dkv, cs->compute, err);
+            rc = cuda_bias_add(q, d->bq, n, dq, qs, cs->compute, err);
+            rc = rc ? rc : cuda_bias_add(k, d->bk, n, dkv, ks, cs->compute, err);
+            rc = rc ? rc : cuda_bias_add(v, d->bv, n, dkv, vs, cs->compute, err);
         }
         if (!rc && d->q_norm) {
-            rc = cuda_rmsnorm_heads(cs->q, d->q_norm, n, hp->n_head, hp->head_dim, dq, hp->eps,
+            rc = cuda_rmsnorm_heads(q, d->q_norm, n, hp->n_head, hp->head_dim, qs, hp->eps,
                                     cs->compute, err);
-            rc = rc ? rc : cuda_rmsnorm_heads(cs->k, d->k_norm, n, hp->n_head_kv, hp->head_dim,
-                                              dkv, hp->eps, cs->compute, err);
+            rc = rc ? rc : cuda_rmsnorm_heads(k, d->k_norm, n, hp->n_head_kv, hp->head_dim, ks,
+                                              hp->eps, cs->compute, err);
         }
-        rc = rc ? rc : cuda_rope(cs->q, n, hp->n_head, hp->head_dim, dq, tok_pos, &rp,
-                                 cs->compute, err);
-        rc = rc ? rc : cuda_rope(cs->k, n, hp->n_head_kv, hp->head_dim, dkv, tok_pos, &rp,
-                                 cs->compute, err);
-        rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, cs->k,
-                                     dkv, cs->v, dkv, cs->compute, err);
+        rc = rc ? rc : cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim,
+                                    tok_pos, &rp, cs->compute, err);
+        rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v,
+                                     vs, cs->compute, err);
         rc = rc ? rc : cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, e->n_ctx,
-                                      cs->q, dq, hp->n_head, scale, cs->att, dq, cs->att_scratch,
+                                      q, qs, hp->n_head, scale, cs->att, dq, cs->att_scratch,
                                       cs->att_scratch_bytes, cs->compute, err);
-        rc = rc ? rc : dtrace(cs, c, "q_rope", il, cs->q, dq, err);
+        rc = rc ? rc : dtrace(cs, c, "q_rope", il, q, dq, err);
         rc = rc ? rc : dtrace(cs, c, "att", il, cs->att, dq, err);
         rc = rc ? rc : matmul(cs, &d->wo, cs->att, n, cs->xb, err);
-        rc = rc ? rc : cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
-        rc = rc ? rc : cuda_rmsnorm(cs->x, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute, err);
+        /* x += attention; xb = ffn_norm(x) */
+        rc = rc ? rc : cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps,
+                                        cs->compute, err);
         rc = rc ? rc : dtrace(cs, c, "h", il, cs->x, D, err);
         if (rc)
             break;
         if (hp->n_expert) {
             rc = moe_ffn(e, cs, d, n, err);
         } else {
-            int64_t F = d->gate.rows;
-            rc = matmul(cs, &d->gate, cs->xb, n, cs->hb, err);
-            rc = rc ? rc : matmul(cs, &d->up, cs->xb, n, cs->hb2, err);
-            rc = rc ? rc : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute, err);
-            rc = rc ? rc : matmul(cs, &d->down, cs->hb, n, cs->xb, err);
-            rc = rc ? rc : cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
+            if (d->gate_up.d) {
+                int64_t F = d->gate_up.rows / 2;
+                rc = matmul(cs, &d->gate_up, cs->xb, n, cs->hb, err);
+                rc = rc ? rc : cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err);
+                rc = rc ? rc : matmul(cs, &d->down, cs->hb2, n, cs->xb, err);
+            } else {
+                int64_t F = d->gate.rows;
+                rc = matmul(cs, &d->gate, cs->xb, n, cs->hb, err);
+                rc = rc ? rc : matmul(cs, &d->up, cs->xb, n, cs->hb2, err);
+                rc = rc ? rc : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
+                                           err);
+                rc = rc ? rc : matmul(cs, &d->down, cs->hb, n, cs->xb, err);
+            }
+            /* x += FFN, and the next layer's attn_norm in the same launch */
+            if (!rc && il + 1 < st->l1) {
+                rc = cuda_add_rmsnorm(cs->x, cs->xb, cs->layers[il + 1 - st->l0].attn_norm, cs->xb,
+                                      n, D, hp->eps, cs->compute, err);
+                normed = 1;
+            } else if (!rc) {
+                rc = cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
+            }
         }
         rc = rc ? rc : dtrace(cs, c, "out", il, cs->x, D, err);
     }

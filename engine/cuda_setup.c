@@ -165,6 +165,42 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
     return rc;
 }
 
+/* Matrices that read the same input (q, k, v; gate, up) uploaded as one,
+ * their rows stacked: one matvec launch instead of three or two, over a
+ * taller matrix, which the decode kernel streams closer to the bandwidth
+ * (doc/cuda-kernels.md).  GGUF rows are contiguous, so stacking is a copy
+ * of each part's bytes.  Only when every part has the same type and
+ * width; otherwise dw stays empty and the parts are uploaded one by one.
+ * STRATA_NO_FUSE=1 turns it off (for measuring it). */
+static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const *parts, int np,
+                          const char *name, dweight *dw, strata_error *err)
+{
+    memset(dw, 0, sizeof *dw);
+    const char *off = getenv("STRATA_NO_FUSE");
+    if (off && *off && strcmp(off, "0"))
+        return 0;
+    int64_t rows = 0;
+    for (int i = 0; i < np; i++) {
+        const weight *w = parts[i];
+        if (!w->data || w->n_mat != 1 || w->type != parts[0]->type || w->cols != parts[0]->cols)
+            return 0;
+        rows += w->rows;
+    }
+    size_t rb = type_row_bytes(parts[0]->type, parts[0]->cols);
+    char *h = malloc((size_t)rows * rb);
+    if (!h)
+        return strata_err(err, STRATA_E_NOMEM, "out of memory stacking '%s'", name);
+    size_t at = 0;
+    for (int i = 0; i < np; i++) {
+        memcpy(h + at, parts[i]->data, (size_t)parts[i]->rows * rb);
+        at += (size_t)parts[i]->rows * rb;
+    }
+    weight st = {h, parts[0]->type, rows, parts[0]->cols, 1, (uint64_t)at, name};
+    int rc = upload_weight(e, cs, &st, dw, err);
+    free(h);
+    return rc;
+}
+
 static int upload_layer(strata_engine *e, cuda_stage *cs, const layer_weights *L, dlayer *d,
                         strata_error *err)
 {
@@ -178,12 +214,18 @@ static int upload_layer(strata_engine *e, cuda_stage *cs, const layer_weights *L
     rc = rc ? rc : upload_vec(L->bv, dkv, &d->bv, cs->dev, err);
     rc = rc ? rc : upload_vec(L->q_norm, hp->head_dim, &d->q_norm, cs->dev, err);
     rc = rc ? rc : upload_vec(L->k_norm, hp->head_dim, &d->k_norm, cs->dev, err);
+    const weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->gate, &L->up};
+    rc = rc ? rc : upload_stacked(e, cs, qkv, 3, "attn_qkv (stacked)", &d->wqkv, err);
+    rc = rc ? rc : upload_stacked(e, cs, gu, 2, "ffn_gate_up (stacked)", &d->gate_up, err);
     const weight *src[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
                            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps};
     dweight *dst[] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->gate, &d->up, &d->down,
                       &d->router, &d->gate_exps, &d->up_exps, &d->down_exps};
-    for (size_t i = 0; i < sizeof src / sizeof src[0] && !rc; i++)
-        rc = upload_weight(e, cs, src[i], dst[i], err);
+    for (size_t i = 0; i < sizeof src / sizeof src[0] && !rc; i++) {
+        int stacked = (i < 3 && d->wqkv.d) || ((i == 4 || i == 5) && d->gate_up.d);
+        if (!stacked)
+            rc = upload_weight(e, cs, src[i], dst[i], err);
+    }
     return rc;
 }
 
@@ -207,11 +249,11 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     struct { void **p; size_t bytes; const char *what; } a[] = {
         {(void **)&cs->x, R * D * 4, "activations"},
         {(void **)&cs->xb, R * wide * 4, "activations"},
-        {(void **)&cs->q, R * dq * 4, "queries"},
+        {(void **)&cs->q, R * (dq + 2 * dkv) * 4, "queries (q|k|v when stacked)"},
         {(void **)&cs->k, R * dkv * 4, "keys"},
         {(void **)&cs->v, R * dkv * 4, "values"},
         {(void **)&cs->att, R * (dq > D ? dq : D) * 4, "attention output"},
-        {(void **)&cs->hb, R * ff * 4, "FFN activations"},
+        {(void **)&cs->hb, R * 2 * ff * 4, "FFN activations (gate|up when stacked)"},
         {(void **)&cs->hb2, R * ff * 4, "FFN activations"},
         {(void **)&cs->logits, is_last ? R * (size_t)hp->n_vocab * 4 : 0, "logits"},
         {(void **)&cs->moe_w, hp->n_expert ? R * k * 4 : 0, "router weights"},
@@ -377,8 +419,9 @@ void cuda_engine_free(strata_engine *e)
             float *v[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->q_norm, d->k_norm};
             for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)
                 cudaFree(v[j]);
-            dweight *w[] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->gate, &d->up, &d->down,
-                            &d->router, &d->gate_exps, &d->up_exps, &d->down_exps};
+            dweight *w[] = {&d->wq,   &d->wk,   &d->wv,        &d->wo,      &d->gate,
+                            &d->up,   &d->down, &d->router,    &d->gate_exps, &d->up_exps,
+                            &d->down_exps, &d->wqkv, &d->gate_up};
             for (size_t j = 0; j < sizeof w / sizeof w[0]; j++)
                 free_dweight(w[j]);
         }

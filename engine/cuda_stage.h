@@ -19,6 +19,9 @@ typedef struct dweight {
 typedef struct dlayer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
     dweight wq, wk, wv, wo, gate, up, down, router, gate_exps, up_exps, down_exps;
+    /* stacked rows (cuda_setup.c, upload_stacked): when set, the parts
+     * above are empty and one matvec computes q|k|v or gate|up per token */
+    dweight wqkv, gate_up;
 } dlayer;
 
 /* One stage's card-side state. */

@@ -27,14 +27,23 @@ fi
 echo "== test"
 make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | grep -v '^SKIP' | tail -n 60
 rc=${PIPESTATUS[0]}
+# compute-sanitizer: every (tool, suite) pair at the same time (they share
+# the card; each is CPU-heavy), each with its own time limit and log.
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    echo "== compute-sanitizer (limit ${SAN_LIMIT:-420} s each)"
+    pairs=()
     for tool in memcheck racecheck; do
-        for suite in ${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention}; do
+        for suite in ${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_engine}; do
+            pairs+=("$tool:$suite")
             CK_FORK=no CK_RUN_SUITE="$suite" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
-                timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/strata-tests" \
-                >"$OUT/sanitizer-$tool-$suite.log" 2>&1
-            echo "compute-sanitizer $tool $suite: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$suite.log" | tail -n 1)"
+                timeout "${SAN_LIMIT:-420}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                "$BUILD/strata-tests" >"$OUT/sanitizer-$tool-$suite.log" 2>&1 &
         done
+    done
+    wait
+    for p in "${pairs[@]}"; do
+        log="$OUT/sanitizer-${p%%:*}-${p#*:}.log"
+        echo "compute-sanitizer ${p%%:*} ${p#*:}: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) $(grep -E '^[0-9]+%: Checks' "$log" | tail -n 1)"
     done
 fi
 exit "$rc"

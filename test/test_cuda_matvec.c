@@ -17,9 +17,9 @@
 
 /* (rows, cols): cols a multiple of 256 so every type takes it. */
 static const int64_t mv_shapes[][2] = {
-    {37, 512},    /* < one block of rows, one segment per k-tile pair */
-    {300, 1280},  /* ragged rows, 8 segments */
-    {1000, 4864}, /* 19 IQ3 k-tiles over 7 segments, the last short */
+    {37, 512},    /* < one block of rows, two segments of one k-tile */
+    {300, 1280},  /* ragged rows, 5 IQ3 segments of one k-tile */
+    {1000, 4864}, /* 19 IQ3 k-tiles over 5 segments, the last short */
     {4100, 2048}, /* 33 row-blocks, the last of 4 rows */
     {40000, 512}, /* one segment: the persistent grid loops over row-blocks */
 };

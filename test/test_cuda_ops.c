@@ -8,6 +8,8 @@
  *   rope                     |d| <= 2e-6 (|a| + |b|)    (double angles)
  *   swiglu                   |d| <= 1e-6 |ref| + 1e-30  (expf, 2 ulp)
  *   add, bias_add            bit-exact
+ *   rope_qk, add_rmsnorm,    as their parts, and bit-exact with the unfused
+ *   swiglu_fused             kernels
  *   kv_store (k8v4, f16)     bit-exact pool bytes
  *   argmax, sample           the same token
  *   moe_route                same experts, weights |d| <= 1e-6
@@ -178,6 +180,129 @@ START_TEST(rope_matches_cpu)
         free(ref);
         free(got);
     }
+}
+END_TEST
+
+/* ---- fused launches (engine/backend_cuda.c) -------------------------------
+ * Each against the CPU twins of its parts (tolerances as above) and, bit for
+ * bit, against the unfused CUDA kernels: fusing changes launches, not bits. */
+
+static void check_rope_qk(int hd, int nq, int nk, int n_tok)
+{
+    int64_t stride = (int64_t)(nq + nk) * hd + 8; /* q|k|gap, like a stacked qkv row */
+    size_t n = (size_t)n_tok * stride;
+    float *x = rnd(n, 1.0f, 900 + hd + nq), *ref = malloc(n * 4), *got = malloc(n * 4);
+    float *two = malloc(n * 4);
+    int32_t pos[5] = {3, 0, 511, 4097, 65000};
+    rope_params rp = {hd, 1, 500000.0f, 1.0f, NULL};
+    memcpy(ref, x, n * 4);
+    for (int t = 0; t < n_tok; t++) {
+        cpu_rope(ref + t * stride, nq, hd, pos[t], &rp);
+        cpu_rope(ref + t * stride + (int64_t)nq * hd, nk, hd, pos[t], &rp);
+    }
+    float *dx = dup_to_dev(x, n * 4);
+    int32_t *dpos = dup_to_dev(pos, sizeof pos);
+    OK(cuda_rope_qk(dx, nq, stride, dx + (int64_t)nq * hd, nk, stride, n_tok, hd, dpos, &rp, 0,
+                    &e_));
+    to_host(got, dx, n * 4);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !(fabsf(ref[i] - got[i]) <= 2e-6f * (fabsf(ref[i]) + 1.0f));
+    ck_assert_msg(!bad, "rope_qk hd=%d: %d off", hd, bad);
+    CK(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+    OK(cuda_rope(dx, n_tok, nq, hd, stride, dpos, &rp, 0, &e_));
+    OK(cuda_rope(dx + (int64_t)nq * hd, n_tok, nk, hd, stride, dpos, &rp, 0, &e_));
+    to_host(two, dx, n * 4);
+    ck_assert_msg(!memcmp(two, got, n * 4), "rope_qk hd=%d differs from two ropes", hd);
+    cudaFree(dx);
+    cudaFree(dpos);
+    free(x);
+    free(ref);
+    free(got);
+    free(two);
+}
+
+static void check_add_rmsnorm(int64_t n, int rows)
+{
+    size_t sz = (size_t)rows * n;
+    float *x = rnd(sz, 2.0f, 950 + n), *d = rnd(sz, 1.0f, 960 + n), *w = rnd((size_t)n, 1.0f, 970);
+    float *xref = malloc(sz * 4), *yref = malloc(sz * 4), *got = malloc(sz * 4);
+    memcpy(xref, x, sz * 4);
+    for (int r = 0; r < rows; r++) {
+        cpu_add(xref + r * n, d + r * n, n);
+        cpu_rmsnorm(xref + r * n, w, n, 1e-5f, yref + r * n);
+    }
+    float *dx = dup_to_dev(x, sz * 4), *dd = dup_to_dev(d, sz * 4), *dw = dup_to_dev(w, n * 4);
+    OK(cuda_add_rmsnorm(dx, dd, dw, dd, rows, n, 1e-5f, 0, &e_)); /* y aliases d */
+    to_host(got, dx, sz * 4);
+    ck_assert_msg(!memcmp(got, xref, sz * 4), "add_rmsnorm n=%lld: x not bit-exact", (long long)n);
+    to_host(got, dd, sz * 4);
+    int bad = 0;
+    for (size_t i = 0; i < sz; i++)
+        bad += !close_rel(got[i], yref[i], 1e-6f);
+    ck_assert_msg(!bad, "add_rmsnorm n=%lld rows=%d: %d off", (long long)n, rows, bad);
+    /* the unfused pair gives the same bits */
+    float *y2 = dev_alloc(sz * 4), *two = malloc(sz * 4);
+    CK(cudaMemcpy(dx, x, sz * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, d, sz * 4, cudaMemcpyHostToDevice));
+    OK(cuda_add(dx, dd, (int64_t)sz, 0, &e_));
+    OK(cuda_rmsnorm(dx, dw, y2, rows, n, 1e-5f, 0, &e_));
+    to_host(two, y2, sz * 4);
+    ck_assert_msg(!memcmp(two, got, sz * 4), "add_rmsnorm n=%lld differs from add + rmsnorm",
+                  (long long)n);
+    cudaFree(dx);
+    cudaFree(dd);
+    cudaFree(dw);
+    cudaFree(y2);
+    free(x);
+    free(d);
+    free(w);
+    free(xref);
+    free(yref);
+    free(got);
+    free(two);
+}
+
+static void check_swiglu_fused(int64_t F, int rows)
+{
+    size_t sz = (size_t)rows * F;
+    float *gu = rnd(2 * sz, 3.0f, 980 + F + rows), *ref = malloc(sz * 4), *got = malloc(sz * 4);
+    for (int r = 0; r < rows; r++)
+        cpu_swiglu(gu + 2 * r * F, gu + 2 * r * F + F, F, ref + r * F);
+    float *dgu = dup_to_dev(gu, 2 * sz * 4), *dy = dev_alloc(sz * 4);
+    OK(cuda_swiglu_fused(dgu, rows, F, dy, 0, &e_));
+    to_host(got, dy, sz * 4);
+    int bad = 0;
+    for (size_t i = 0; i < sz; i++)
+        bad += !close_rel(got[i], ref[i], 1e-6f);
+    ck_assert_msg(!bad, "swiglu_fused F=%lld rows=%d: %d off", (long long)F, rows, bad);
+    float *row = malloc((size_t)F * 4);
+    for (int r = 0; r < rows; r++) { /* bit for bit the unfused kernel, row by row */
+        OK(cuda_swiglu(dgu + 2 * r * F, dgu + 2 * r * F + F, dy, F, 0, &e_));
+        to_host(row, dy, (size_t)F * 4);
+        ck_assert_msg(!memcmp(row, got + r * F, (size_t)F * 4), "swiglu_fused row %d differs", r);
+    }
+    cudaFree(dgu);
+    cudaFree(dy);
+    free(gu);
+    free(ref);
+    free(got);
+    free(row);
+}
+
+START_TEST(fused_ops_match_unfused)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    check_rope_qk(64, 9, 3, 5);
+    check_rope_qk(128, 32, 8, 1);
+    check_add_rmsnorm(576, 3);
+    check_add_rmsnorm(4096, 1);
+    check_add_rmsnorm(1001, 2); /* scalar path */
+    check_swiglu_fused(1003, 5);
+    check_swiglu_fused(4096, 1);
+    check_swiglu_fused(14336, 3);
 }
 END_TEST
 
@@ -609,6 +734,7 @@ static Suite *cuda_ops_suite(void)
     tcase_add_test(tc, rmsnorm_heads_matches_cpu);
     tcase_add_test(tc, rope_matches_cpu);
     tcase_add_test(tc, elementwise_matches_cpu);
+    tcase_add_test(tc, fused_ops_match_unfused);
     tcase_add_test(tc, kv_store_bit_exact);
     tcase_add_test(tc, argmax_matches_cpu);
     tcase_add_test(tc, sample_matches_cpu_chain);

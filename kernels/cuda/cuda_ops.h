@@ -125,6 +125,11 @@ int cuda_rmsnorm(const float *x, const float *w, float *y, int n_rows, int64_t n
 /* In place: n_rows rows `stride` floats apart, each with n_heads vectors of
  * head_dim at its start, normalised with the shared w[head_dim].  Twin:
  * cpu_rmsnorm_heads. */
+/* The residual add and the next RMSNorm in one launch: x += d, then
+ * y = rmsnorm(x) * w, bit-exact with cuda_add followed by cuda_rmsnorm.
+ * y may alias d (each element is read and written by the same thread). */
+int cuda_add_rmsnorm(float *x, const float *d, const float *w, float *y, int n_rows, int64_t n,
+                     float eps, cudaStream_t stream, strata_error *err);
 int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_heads, int head_dim,
                        int64_t stride, float eps, cudaStream_t stream, strata_error *err);
 
@@ -135,10 +140,21 @@ int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_heads, int he
 int cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int64_t stride,
               const int32_t *d_pos, const rope_params *rp, cudaStream_t stream,
               strata_error *err);
+/* cuda_rope on q (n_q_heads per row) and k (n_k_heads; k may be NULL) in
+ * one launch: each token's (cos, sin) computed once for both.  Bit-exact
+ * with two cuda_rope calls. */
+int cuda_rope_qk(float *q, int n_q_heads, int64_t q_stride, float *k, int n_k_heads,
+                 int64_t k_stride, int n_tok, int head_dim, const int32_t *d_pos,
+                 const rope_params *rp, cudaStream_t stream, strata_error *err);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate.  Twin: cpu_swiglu. */
 int cuda_swiglu(const float *gate, const float *up, float *y, int64_t n, cudaStream_t stream,
                 strata_error *err);
+/* The output of a fused gate|up matvec: row r holds gate (F floats) then up
+ * (F floats); y[r * F + i] = silu(gate) * up, exactly as cuda_swiglu.  y must
+ * not alias gu. */
+int cuda_swiglu_fused(const float *gu, int n_rows, int64_t F, float *y, cudaStream_t stream,
+                      strata_error *err);
 /* y[i] += x[i].  Twin: cpu_add (bit-exact). */
 int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, strata_error *err);
 /* y[r * stride + i] += b[i] for r < n_rows, i < n (qwen2 q/k/v biases). */

@@ -82,6 +82,30 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, float *y, int64_t
     return 0;
 }
 
+/* Rows of [gate F | up F] (a fused gate|up matvec's output) -> rows of F. */
+__global__ void swiglu_fused_kernel(const float *gu, int64_t F, int64_t total, float *y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / F, c = i - r * F;
+        const float *row = gu + r * 2 * F;
+        y[i] = swiglu1(row[c], row[F + c]);
+    }
+}
+
+extern "C" int cuda_swiglu_fused(const float *gu, int n_rows, int64_t F, float *y,
+                                 cudaStream_t stream, strata_error *err)
+{
+    if (n_rows <= 0 || F <= 0)
+        return 0;
+    if (n_rows == 1) /* one row: gate and up are two contiguous vectors */
+        return cuda_swiglu(gu, gu + F, y, F, stream, err);
+    const int64_t total = (int64_t)n_rows * F;
+    swiglu_fused_kernel<<<ew_blocks(total), EW_THREADS, 0, stream>>>(gu, F, total, y);
+    CUDA_CHECK_LAUNCH(err, "swiglu_fused");
+    return 0;
+}
+
 /* ---- residual add: y += x ------------------------------------------------ */
 
 __global__ void add_f4_kernel(float4 *y, const float4 *x, int64_t n4)

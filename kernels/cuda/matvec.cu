@@ -57,6 +57,11 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
     const int kb = t0 * gm.kt, klen = (t1 - t0) * gm.kt;
     const int cols = ws.cols, rows = ws.rows, n = a.n;
 
+    /* The first row-block's first tiles are copied while the tables and
+     * the activations are prepared (they depend on neither). */
+    const int R0 = blockIdx.x * MV_WARPS + warp;
+    if (blockIdx.x < a.nrb && R0 < a.p.mt)
+        ring_prime<TYPE>(ws, R0, t0, t1, smem + a.l.off_ring + warp * a.l.ring_warp, lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
     Act act{};
@@ -99,7 +104,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt)
             run_tiles_ring<TYPE>(ws, R, t0, t1, t0, act, acc, smem, smem + a.l.off_ring + warp * a.l.ring_warp,
-                                 lane);
+                                 lane, it == 0);
         if (a.p.nseg == 1) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {

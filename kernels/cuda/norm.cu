@@ -54,25 +54,45 @@ __device__ double block_sum_d(double v)
     return total;
 }
 
-/* x, y: n_rows x n (row stride n); y may alias x. */
+/* x, y: n_rows x n (row stride n); y may alias x.  With d (the residual
+ * add fused in front): x += d first, written back, and the norm is taken of
+ * the sum; y may then alias d, since every element of x, d and y is read
+ * and written by one thread only, in the same order as the two separate
+ * kernels (so the result is bit-identical to cuda_add + cuda_rmsnorm). */
 __global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps, int vec)
+rmsnorm_kernel(float *x, const float *d, const float *w, float *y, int64_t n, float eps, int vec)
 {
-    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *xr = x + (int64_t)blockIdx.x * n;
+    const float *dr = d ? d + (int64_t)blockIdx.x * n : NULL;
     float *yr = y + (int64_t)blockIdx.x * n;
     double ss = 0.0;
     if (vec) {
-        const float4 *x4 = (const float4 *)xr;
+        float4 *x4 = (float4 *)xr;
+        const float4 *d4 = (const float4 *)dr;
         for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS) {
             float4 v = x4[i];
+            if (d4) {
+                const float4 a = d4[i];
+                v.x = __fadd_rn(v.x, a.x);
+                v.y = __fadd_rn(v.y, a.y);
+                v.z = __fadd_rn(v.z, a.z);
+                v.w = __fadd_rn(v.w, a.w);
+                x4[i] = v;
+            }
             ss += (double)v.x * v.x;
             ss += (double)v.y * v.y;
             ss += (double)v.z * v.z;
             ss += (double)v.w * v.w;
         }
     } else {
-        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
-            ss += (double)xr[i] * xr[i];
+        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
+            float v = xr[i];
+            if (dr) {
+                v = __fadd_rn(v, dr[i]);
+                xr[i] = v;
+            }
+            ss += (double)v * v;
+        }
     }
     ss = block_sum_d(ss);
     /* The CPU's expression, in double, then rounded once to float. */
@@ -95,16 +115,30 @@ rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps, i
     }
 }
 
-extern "C" int cuda_rmsnorm(const float *x, const float *w, float *y, int n_rows, int64_t n,
-                            float eps, cudaStream_t stream, strata_error *err)
+static int norm_launch(float *x, const float *d, const float *w, float *y, int n_rows, int64_t n,
+                       float eps, cudaStream_t stream, strata_error *err)
 {
     if (n_rows <= 0 || n <= 0)
         return 0;
     /* float4 only when every row starts 16-byte aligned */
-    int vec = n % 4 == 0 && !(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y) & 15u);
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, w, y, n, eps, vec);
+    int vec = n % 4 == 0 &&
+              !(((uintptr_t)x | (uintptr_t)d | (uintptr_t)w | (uintptr_t)y) & 15u);
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, d, w, y, n, eps, vec);
     CUDA_CHECK_LAUNCH(err, "rmsnorm");
     return 0;
+}
+
+extern "C" int cuda_rmsnorm(const float *x, const float *w, float *y, int n_rows, int64_t n,
+                            float eps, cudaStream_t stream, strata_error *err)
+{
+    /* without d the kernel never writes x */
+    return norm_launch((float *)x, NULL, w, y, n_rows, n, eps, stream, err);
+}
+
+extern "C" int cuda_add_rmsnorm(float *x, const float *d, const float *w, float *y, int n_rows,
+                                int64_t n, float eps, cudaStream_t stream, strata_error *err)
+{
+    return norm_launch(x, d, w, y, n_rows, n, eps, stream, err);
 }
 
 /* ---- per-head ------------------------------------------------------------ */

@@ -65,7 +65,8 @@ constexpr int MV_THREADS = MV_WARPS * 32;
 constexpr int BLOCK_ROWS = MV_WARPS * 16; /* decode: rows per row-block */
 constexpr int MAX_SEGS = 8;             /* portable cluster size */
 constexpr int SEG_MAX_K = 4096;         /* a segment's activations fit in shared memory */
-constexpr int WARP_UNITS = 2048;        /* (m-tile, segment) pairs wanted per matvec */
+constexpr int BLOCK_TARGET = 96;        /* decode blocks (row-blocks x segments) wanted */
+constexpr int SEGS_FIT = 6;             /* segments per row-block when splitting for width */
 constexpr int MM_COLS = 64;             /* prefill: tokens per block (8 mma column groups) */
 constexpr int MV_COLS = 8;              /* decode: tokens per call at most */
 constexpr int TAB_BYTES = 65536;        /* IQ3_XXS tables in shared memory */
@@ -106,11 +107,21 @@ inline int plan_make(int type, int64_t rows, int64_t cols, Plan *p)
     p->xb = gm.xb;
     p->mt = (int)((rows + 15) / 16);
     p->ntk = (int)((cols + gm.kt - 1) / gm.kt);
-    /* enough (m-tile, segment) pairs to fill the card, but segments no
-     * longer than SEG_MAX_K (their activations sit in shared memory) */
-    int s = (p->mt + WARP_UNITS - 1) / p->mt;
-    if (s > MAX_SEGS)
-        s = MAX_SEGS;
+    /* Split k so that the decode kernel's blocks (one per SM, row-blocks x
+     * segments) fill most of the card in ONE wave: the H200 fits 15
+     * clusters of 8 or 17 clusters of 6 such blocks (its GPCs hold 16-18
+     * SMs), so 16 row-blocks x 8 segments ran as two waves and took twice
+     * the time (4096 x 4096: 15.9 us; doc/cuda-kernels.md).  Hence at most
+     * BLOCK_TARGET blocks and SEGS_FIT segments — constants, never the
+     * device's numbers, so the plan stays a function of the shape — and
+     * segments no longer than SEG_MAX_K (their activations sit in shared
+     * memory). */
+    const int nrb = (p->mt + BLOCK_ROWS / 16 - 1) / (BLOCK_ROWS / 16);
+    int s = BLOCK_TARGET / nrb;
+    if (s > SEGS_FIT)
+        s = SEGS_FIT;
+    if (s < 1)
+        s = 1;
     const int s_min = (int)((cols + SEG_MAX_K - 1) / SEG_MAX_K);
     if (s < s_min)
         s = s_min;
@@ -685,13 +696,13 @@ template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_F16> &r, con
     r.h1 = *(const uint4 *)(slot + 512 + lane * 16);
 }
 
-/* run_tiles with the loads going through this warp's ring (decode, NG = 1). */
+/* Issue the copies of a warp's first D - 1 tiles into its ring.  The decode
+ * kernel calls this before it builds its tables and stages the activations,
+ * so the first tiles' DRAM latency overlaps that work. */
 template <int TYPE>
-__device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
-                                               float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane)
+__device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1, uint8_t *ring, int lane)
 {
     constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
-    constexpr Geo gm = geo(TYPE);
     const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
 #pragma unroll
     for (int i = 0; i < D - 1; ++i) {
@@ -699,6 +710,20 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
             ring_issue<TYPE>(rs + i * SLOT, ws, R, t0 + i, lane);
         cp_commit();
     }
+}
+
+/* run_tiles with the loads going through this warp's ring (decode, NG = 1);
+ * primed: ring_prime already issued the first tiles. */
+template <int TYPE>
+__device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
+                                               float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane,
+                                               bool primed)
+{
+    constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
+    constexpr Geo gm = geo(TYPE);
+    const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
+    if (!primed)
+        ring_prime<TYPE>(ws, R, t0, t1, ring, lane);
     for (int T = t0; T < t1; T += D) {
 #pragma unroll
         for (int i = 0; i < D; ++i) {
