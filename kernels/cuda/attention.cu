@@ -78,6 +78,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 #define ATT_WARPS 4
 #define ATT_CHUNK_DEFAULT 1024
@@ -186,6 +187,7 @@ __device__ __forceinline__ int64_t att_slot(const att_args &a, int seq, int32_t 
 
 __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a)
 {
+    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * PLAIN_WARPS + (threadIdx.x >> 5);
     if (w >= (int64_t)a.n_seq * a.n_tok * a.n_head)
@@ -848,6 +850,7 @@ __device__ __forceinline__ bool att_ticket(unsigned *counter, int count, int *fl
 template <int KT, int HD, int NT, bool SPLIT>
 __global__ void __launch_bounds__(ATT_WARPS * 32, 3) attn_mma_kernel(att_args a)
 {
+    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
     using L = att_layout<KT, HD, NT, SPLIT>;
     using slot = typename L::slot;
     constexpr int NC = 8 * NT;

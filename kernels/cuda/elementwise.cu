@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 /* Blocks of 256 threads; a grid-stride loop over at most this many blocks
  * keeps the launch small for huge n while filling 132 SMs many times. */
@@ -49,6 +50,7 @@ __device__ __forceinline__ float swiglu1(float g, float u)
 
 __global__ void swiglu_f4_kernel(const float4 *gate, const float4 *up, float4 *y, int64_t n4)
 {
+    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 g = gate[i], u = up[i], r;
@@ -62,6 +64,7 @@ __global__ void swiglu_f4_kernel(const float4 *gate, const float4 *up, float4 *y
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *y, int64_t n)
 {
+    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = swiglu1(gate[i], up[i]);
@@ -85,6 +88,7 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, float *y, int64_t
 /* Rows of [gate F | up F] (a fused gate|up matvec's output) -> rows of F. */
 __global__ void swiglu_fused_kernel(const float *gu, int64_t F, int64_t total, float *y)
 {
+    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / F, c = i - r * F;

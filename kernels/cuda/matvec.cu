@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wtile.cuh"
 
 namespace cg = cooperative_groups;
@@ -51,8 +52,11 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
     const int g = lane >> 2, t = lane & 3;
     const int seg = blockIdx.y;
     Wsrc ws = a.ws;
-    if (a.expert)
+    pdl_trigger(); /* our successor may set up while we run (pdl.cuh) */
+    if (a.expert) { /* the expert id comes from the predecessor */
+        pdl_wait();
         ws.w += (size_t)__ldg(a.expert) * a.expert_bytes;
+    }
     const int t0 = seg * a.p.tps, t1 = min(a.p.ntk, t0 + a.p.tps);
     const int kb = t0 * gm.kt, klen = (t1 - t0) * gm.kt;
     const int cols = ws.cols, rows = ws.rows, n = a.n;
@@ -64,6 +68,10 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         ring_prime<TYPE>(ws, R0, t0, t1, smem + a.l.off_ring + warp * a.l.ring_warp, lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
+    /* Everything above reads only the weights and constants: with a
+     * programmatic launch it overlapped the predecessor.  From here on the
+     * activations are read and y is written. */
+    pdl_wait();
     Act act{};
     if (gm.i8) {
         /* x segment -> int8 blocks, one warp per (token, block) */
@@ -153,23 +161,26 @@ static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
     if (rc)
         return rc;
     const unsigned gx = (unsigned)(cap < a.nrb ? cap : a.nrb); /* persistent: one wave */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    /* a programmatic dependent launch (pdl.cuh): the prologue overlaps the
+     * predecessor kernel */
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na++].val.programmaticStreamSerializationAllowed = 1;
     if (a.p.nseg > 1) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1;
-        attr[0].val.clusterDim.y = (unsigned)a.p.nseg;
-        attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, 1);
-        cfg.blockDim = dim3(MV_THREADS, 1, 1);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        CUDA_CHECK(err, cudaLaunchKernelEx(&cfg, kern, a));
-    } else {
-        kern<<<gx, MV_THREADS, smem, stream>>>(a);
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = 1;
+        attr[na].val.clusterDim.y = (unsigned)a.p.nseg;
+        attr[na++].val.clusterDim.z = 1;
     }
+    cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, 1);
+    cfg.blockDim = dim3(MV_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    CUDA_CHECK(err, cudaLaunchKernelEx(&cfg, kern, a));
     CUDA_CHECK_LAUNCH(err, "matvec_kernel");
     return 0;
 }
