@@ -187,7 +187,8 @@ __device__ __forceinline__ int64_t att_slot(const att_args &a, int seq, int32_t 
 
 __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * PLAIN_WARPS + (threadIdx.x >> 5);
     if (w >= (int64_t)a.n_seq * a.n_tok * a.n_head)
@@ -850,7 +851,8 @@ __device__ __forceinline__ bool att_ticket(unsigned *counter, int count, int *fl
 template <int KT, int HD, int NT, bool SPLIT>
 __global__ void __launch_bounds__(ATT_WARPS * 32, 3) attn_mma_kernel(att_args a)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     using L = att_layout<KT, HD, NT, SPLIT>;
     using slot = typename L::slot;
     constexpr int NC = 8 * NT;
@@ -1060,8 +1062,7 @@ static cudaError_t att_launch_one(const att_args &a, dim3 grid, cudaStream_t s)
             return e;
     }
     opted_in = true;
-    attn_mma_kernel<KT, HD, NT, SPLIT><<<grid, ATT_WARPS * 32, L::bytes, s>>>(a);
-    return cudaSuccess;
+    return pdl_launch(attn_mma_kernel<KT, HD, NT, SPLIT>, grid, dim3(ATT_WARPS * 32), L::bytes, s, a);
 }
 
 template <int KT, int HD>
@@ -1138,9 +1139,8 @@ extern "C" int cuda_attention_plain(const kv_view *kv, int page_stride, const in
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
     int64_t warps = (int64_t)n_seq * n_tok * n_head;
-    attn_plain_kernel<<<(unsigned)((warps + PLAIN_WARPS - 1) / PLAIN_WARPS), PLAIN_WARPS * 32, 0,
-                        stream>>>(a);
-    CUDA_CHECK_LAUNCH(err, "attn_plain");
+    CUDA_CHECK(err, pdl_launch(attn_plain_kernel, dim3((unsigned)((warps + PLAIN_WARPS - 1) / PLAIN_WARPS)),
+                               dim3(PLAIN_WARPS * 32), 0, stream, a));
     return 0;
 }
 

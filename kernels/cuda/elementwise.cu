@@ -50,7 +50,8 @@ __device__ __forceinline__ float swiglu1(float g, float u)
 
 __global__ void swiglu_f4_kernel(const float4 *gate, const float4 *up, float4 *y, int64_t n4)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 g = gate[i], u = up[i], r;
@@ -64,7 +65,8 @@ __global__ void swiglu_f4_kernel(const float4 *gate, const float4 *up, float4 *y
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *y, int64_t n)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = swiglu1(gate[i], up[i]);
@@ -76,19 +78,21 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, float *y, int64_t
     if (n <= 0)
         return 0;
     if (n % 4 == 0 && aligned16(gate) && aligned16(up) && aligned16(y)) {
-        swiglu_f4_kernel<<<ew_blocks(n / 4), EW_THREADS, 0, stream>>>(
-            (const float4 *)gate, (const float4 *)up, (float4 *)y, n / 4);
+        CUDA_CHECK(err, pdl_launch(swiglu_f4_kernel, dim3(ew_blocks(n / 4)), dim3(EW_THREADS), 0,
+                                   stream, (const float4 *)gate, (const float4 *)up, (float4 *)y,
+                                   n / 4));
     } else {
-        swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(gate, up, y, n);
+        CUDA_CHECK(err, pdl_launch(swiglu_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream,
+                                   gate, up, y, n));
     }
-    CUDA_CHECK_LAUNCH(err, "swiglu");
     return 0;
 }
 
 /* Rows of [gate F | up F] (a fused gate|up matvec's output) -> rows of F. */
 __global__ void swiglu_fused_kernel(const float *gu, int64_t F, int64_t total, float *y)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / F, c = i - r * F;
@@ -105,8 +109,8 @@ extern "C" int cuda_swiglu_fused(const float *gu, int n_rows, int64_t F, float *
     if (n_rows == 1) /* one row: gate and up are two contiguous vectors */
         return cuda_swiglu(gu, gu + F, y, F, stream, err);
     const int64_t total = (int64_t)n_rows * F;
-    swiglu_fused_kernel<<<ew_blocks(total), EW_THREADS, 0, stream>>>(gu, F, total, y);
-    CUDA_CHECK_LAUNCH(err, "swiglu_fused");
+    CUDA_CHECK(err, pdl_launch(swiglu_fused_kernel, dim3(ew_blocks(total)), dim3(EW_THREADS), 0,
+                               stream, gu, F, total, y));
     return 0;
 }
 
@@ -114,6 +118,8 @@ extern "C" int cuda_swiglu_fused(const float *gu, int n_rows, int64_t F, float *
 
 __global__ void add_f4_kernel(float4 *y, const float4 *x, int64_t n4)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 a = y[i], b = x[i];
@@ -127,6 +133,8 @@ __global__ void add_f4_kernel(float4 *y, const float4 *x, int64_t n4)
 
 __global__ void add_kernel(float *y, const float *x, int64_t n)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(y[i], x[i]);
@@ -138,11 +146,11 @@ extern "C" int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream
     if (n <= 0)
         return 0;
     if (n % 4 == 0 && aligned16(y) && aligned16(x))
-        add_f4_kernel<<<ew_blocks(n / 4), EW_THREADS, 0, stream>>>((float4 *)y,
-                                                                  (const float4 *)x, n / 4);
+        CUDA_CHECK(err, pdl_launch(add_f4_kernel, dim3(ew_blocks(n / 4)), dim3(EW_THREADS), 0,
+                                   stream, (float4 *)y, (const float4 *)x, n / 4));
     else
-        add_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(y, x, n);
-    CUDA_CHECK_LAUNCH(err, "add");
+        CUDA_CHECK(err, pdl_launch(add_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, stream, y,
+                                   x, n));
     return 0;
 }
 
@@ -152,6 +160,8 @@ extern "C" int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream
  * fused QKV row, say); one grid-stride index over rows x n. */
 __global__ void bias_add_kernel(float *y, const float *b, int n_rows, int64_t n, int64_t stride)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     int64_t total = (int64_t)n_rows * n;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -169,8 +179,7 @@ extern "C" int cuda_bias_add(float *y, const float *b, int n_rows, int64_t n, in
     if (stride < n)
         return strata_err(err, STRATA_E_ARG, "cuda_bias_add: stride %lld < n %lld",
                           (long long)stride, (long long)n);
-    bias_add_kernel<<<ew_blocks((int64_t)n_rows * n), EW_THREADS, 0, stream>>>(y, b, n_rows, n,
-                                                                               stride);
-    CUDA_CHECK_LAUNCH(err, "bias_add");
+    CUDA_CHECK(err, pdl_launch(bias_add_kernel, dim3(ew_blocks((int64_t)n_rows * n)),
+                               dim3(EW_THREADS), 0, stream, y, b, n_rows, n, stride));
     return 0;
 }

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 #define KV_WARPS 4
 
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
 kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32_t *pos,
                 const float *k, int64_t k_stride, const float *v, int64_t v_stride)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     int hd = kv.head_dim, nb = hd / 32;
     int64_t w = (int64_t)blockIdx.x * KV_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -116,8 +119,8 @@ extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int 
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_kv_store: kv type %d", kv->type);
     int64_t warps = (int64_t)n_seq * n_tok * kv->n_kv_head * (kv->head_dim / 32);
     int blocks = (int)((warps + KV_WARPS - 1) / KV_WARPS);
-    kv_store_kernel<<<blocks, KV_WARPS * 32, 0, stream>>>(*kv, page_stride, n_tok, n_seq * n_tok,
-                                                         d_pos, k, k_stride, v, v_stride);
-    CUDA_CHECK_LAUNCH(err, "kv_store");
+    CUDA_CHECK(err, pdl_launch(kv_store_kernel, dim3(blocks), dim3(KV_WARPS * 32), 0, stream, *kv,
+                               page_stride, n_tok, n_seq * n_tok, d_pos, k, k_stride, v,
+                               v_stride));
     return 0;
 }

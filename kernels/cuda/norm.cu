@@ -67,7 +67,8 @@ __device__ double block_sum_d(double v)
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(float *x, const float *d, const float *w, float *y, int64_t n, float eps, int vec)
 {
-    pdl_trigger(); /* a matvec may follow: let it set up (pdl.cuh) */
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     float *xr = x + (int64_t)blockIdx.x * n;
     const float *dr = d ? d + (int64_t)blockIdx.x * n : NULL;
     float *yr = y + (int64_t)blockIdx.x * n;
@@ -129,8 +130,8 @@ static int norm_launch(float *x, const float *d, const float *w, float *y, int n
     /* float4 only when every row starts 16-byte aligned */
     int vec = n % 4 == 0 &&
               !(((uintptr_t)x | (uintptr_t)d | (uintptr_t)w | (uintptr_t)y) & 15u);
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, d, w, y, n, eps, vec);
-    CUDA_CHECK_LAUNCH(err, "rmsnorm");
+    CUDA_CHECK(err, pdl_launch(rmsnorm_kernel, dim3(n_rows), dim3(NORM_THREADS), 0, stream, x, d, w, y,
+                               n, eps, vec));
     return 0;
 }
 
@@ -157,6 +158,8 @@ __global__ void __launch_bounds__(HEADS_WARPS * 32)
 rmsnorm_heads_kernel(float *x, const float *w, int n_rows, int n_heads, int head_dim,
                      int64_t stride, float eps)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     int64_t v = (int64_t)blockIdx.x * HEADS_WARPS + (threadIdx.x >> 5);
     if (v >= (int64_t)n_rows * n_heads)
         return;
@@ -183,8 +186,7 @@ extern "C" int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_he
                           (long long)stride, n_heads, head_dim);
     int64_t vecs = (int64_t)n_rows * n_heads;
     int blocks = (int)((vecs + HEADS_WARPS - 1) / HEADS_WARPS);
-    rmsnorm_heads_kernel<<<blocks, HEADS_WARPS * 32, 0, stream>>>(x, w, n_rows, n_heads, head_dim,
-                                                                  stride, eps);
-    CUDA_CHECK_LAUNCH(err, "rmsnorm_heads");
+    CUDA_CHECK(err, pdl_launch(rmsnorm_heads_kernel, dim3(blocks), dim3(HEADS_WARPS * 32), 0, stream,
+                               x, w, n_rows, n_heads, head_dim, stride, eps));
     return 0;
 }

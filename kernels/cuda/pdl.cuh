@@ -19,6 +19,10 @@
 #ifndef STRATA_PDL_CUH
 #define STRATA_PDL_CUH
 
+#include <utility>
+
+#include <cuda_runtime.h>
+
 __device__ __forceinline__ void pdl_trigger()
 {
 #if __CUDA_ARCH__ >= 900
@@ -31,6 +35,27 @@ __device__ __forceinline__ void pdl_wait()
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+/* Launch k with the programmatic attribute.  Every kernel launched this
+ * way must call pdl_wait() before it touches memory its predecessors write;
+ * the small kernels of the decode chain call it first thing, so for them
+ * only the launch latency overlaps the predecessor. */
+template <typename... P, typename... A>
+static inline cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t s, A &&...args)
+{
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
 }
 
 #endif

@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 #define ROPE_THREADS 256
 #define ROPE_UNROLL 4
@@ -46,6 +47,8 @@ __global__ void __launch_bounds__(ROPE_THREADS)
 rope_kernel(rope_rows t0, rope_rows t1, int head_dim, const int32_t *pos, int n_rot, int neox,
             float freq_base, float freq_scale, const float *freq_factors)
 {
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     const int t = blockIdx.x, half = n_rot / 2;
     const int32_t p = pos[t];
@@ -118,10 +121,9 @@ extern "C" int cuda_rope_qk(float *q, int n_q_heads, int64_t q_stride, float *k,
         return rc;
     rope_rows r0 = {q, n_q_heads, q_stride};
     rope_rows r1 = {n_k_heads > 0 ? k : NULL, n_k_heads, k_stride};
-    rope_kernel<<<n_tok, ROPE_THREADS, 0, stream>>>(r0, r1, head_dim, d_pos, rp->n_rot, rp->neox,
-                                                    rp->freq_base, rp->freq_scale,
-                                                    rp->freq_factors);
-    CUDA_CHECK_LAUNCH(err, "rope");
+    CUDA_CHECK(err, pdl_launch(rope_kernel, dim3(n_tok), dim3(ROPE_THREADS), 0, stream, r0, r1,
+                               head_dim, d_pos, rp->n_rot, rp->neox, rp->freq_base,
+                               rp->freq_scale, rp->freq_factors));
     return 0;
 }
 
