@@ -369,7 +369,7 @@ START_TEST(cuda_group_graph_cache_is_bounded)
         sa[q] = strata_seq_new(a, &err);
         sb[q] = strata_seq_new(b, &err);
         ck_assert_int_eq(strata_seq_feed(sa[q], ids, 4, la, NULL, &err), 0);
-        ck_assert_int_eq(strata_seq_feed(sb[q], ids, 4, NULL, NULL, &err), 0);
+        ck_assert_int_eq(strata_seq_feed(sb[q], ids, 4, lb, NULL, &err), 0);
         tok[q] = cpu_argmax(la, V);
     }
     for (int n = SLOTS; n >= 1; n--) {
