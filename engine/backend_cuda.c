@@ -249,6 +249,11 @@ static int fill_inputs(strata_engine *e, const stage *st, int32_t *in, const fwd
 static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_row *rows,
                         const call *c, strata_error *err)
 {
+    /* A pinned copy reads host memory when the stream reaches it, and a
+     * call that wants no logits (a prompt chunk before the last) returns
+     * without waiting for the card: the previous call's upload may not have
+     * run yet, so wait for it before writing the words again. */
+    CUDA_CHECK(err, cudaEventSynchronize(cs->in_free));
     int rc = fill_inputs(e, st, cs->h_in, rows, c, err);
     if (rc)
         return rc;
@@ -256,6 +261,7 @@ static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const
      * it, and after the previous call's kernels finished with the buffer. */
     CUDA_CHECK(err, cudaMemcpyAsync(cs->d_in, cs->h_in, cs->in_words * 4, cudaMemcpyHostToDevice,
                                     cs->compute));
+    CUDA_CHECK(err, cudaEventRecord(cs->in_free, cs->compute));
     return 0;
 }
 
@@ -373,6 +379,7 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
         stage *st = &e->stages[si];
         cuda_stage *cs = st->cuda;
         CUDA_CHECK(err, cudaSetDevice(cs->dev));
+        CUDA_CHECK(err, cudaEventSynchronize(cs->in_free)); /* as in stage_inputs */
         for (int g = 0; g < G && !rc; g++) {
             int off, len;
             group_rows(n, G, g, &off, &len);
@@ -387,6 +394,7 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
             CUDA_CHECK(err, cudaMemcpyAsync(v.d_in, v.h_in, words * 4, cudaMemcpyHostToDevice,
                                             cs->compute));
         }
+        CUDA_CHECK(err, cudaEventRecord(cs->in_free, cs->compute));
     }
     /* The wavefront. */
     for (int g = 0; g < G && !rc; g++) {

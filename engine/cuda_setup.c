@@ -230,6 +230,7 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     if (rc)
         return rc;
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_in, in_bytes));
+    CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->in_free, cudaEventDisableTiming));
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
@@ -434,6 +435,8 @@ void cuda_engine_free(strata_engine *e)
             cudaFreeHost(cs->h_x);
         if (cs->done)
             cudaEventDestroy(cs->done);
+        if (cs->in_free)
+            cudaEventDestroy(cs->in_free);
         if (cs->compute)
             cudaStreamDestroy(cs->compute);
         if (cs->copy)

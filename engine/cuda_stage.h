@@ -52,6 +52,8 @@ typedef struct cuda_stage {
     int32_t *d_in;               /* [n_groups][tokens | tok_pos | seq_pos | pages] */
     int32_t *h_in;               /* pinned mirror */
     size_t in_words;             /* words of one block */
+    cudaEvent_t in_free;         /* recorded after the uploads from h_in: the host
+                                  * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
