@@ -252,11 +252,14 @@ int bench_model(int argc, char **argv)
             }
         }
     }
-    if (cli_opts_default_model(&o, "bench"))
-        return 1;
     int max_batch = 1;
     for (int k = 0; k < n_batches; k++)
         max_batch = batches[k] > max_batch ? batches[k] : max_batch;
+    o.ep.n_slots = max_batch; /* the engine's slots: the largest batch */
+    if (cli_opts_check(&o, "bench"))
+        return 2;
+    if (cli_opts_default_model(&o, "bench"))
+        return 1;
     int max_ctx = 0;
     for (int k = 0; k < n_ctxs; k++)
         max_ctx = ctxs[k] > max_ctx ? ctxs[k] : max_ctx;
@@ -269,7 +272,6 @@ int bench_model(int argc, char **argv)
                 o.ep.n_ctx, need_ctx);
         return 2;
     }
-    o.ep.n_slots = max_batch;
     o.ep.quiet = json; /* JSON alone on stdout, and no info lines around it */
     if (!o.ep.quiet)
         o.ep.progress = cli_progress;
@@ -308,6 +310,8 @@ int bench_model(int argc, char **argv)
             printf("prompt  %5d tok: %9.1f tok/s (median of %d)\n", n_prompt, prompt_tok_s, reps);
     }
     const double kv_tok = m ? kv_token_bytes(m, o.ep.kv_type) : 0;
+    /* 1 unless --batch-groups G > 1 with a layer split (the engine says so) */
+    const int groups = rc ? 1 : strata_batch_groups(r.e);
     const double bw = rc ? 0 : read_bandwidth(r.e);
     if (bw > 0 && !json)
         printf("card read bandwidth, measured now: %.0f GB/s\n", bw);
@@ -336,6 +340,8 @@ int bench_model(int argc, char **argv)
             printf("decode batch %2d ctx %6d: %9.1f tok/s, %8.2f ms/step, reads %.1f MB weights + "
                    "%.2f MB KV per step = %.2f GB/s", B, C, d->tok_s, d->ms_step, d->weight_mb,
                    d->kv_mb, d->gb_s);
+            if (groups > 1)
+                printf(" [%d batch groups]", groups);
             if (bw > 0)
                 printf(" (%.1f %% of %.0f)", 100.0 * d->gb_s / bw, bw);
             printf("\n");
@@ -350,10 +356,10 @@ int bench_model(int argc, char **argv)
         printf(", \"arch\": ");
         json_string(stdout, m->arch_name);
         printf(", \"backend\": \"%s\", \"stages\": %d, \"kv\": \"%s\", \"threads\": %d, "
-               "\"reps\": %d, \"weight_bytes\": %llu, \"read_gb_s\": %.1f,\n \"prompt\": {\"tokens\": %d, "
+               "\"batch_groups\": %d, \"reps\": %d, \"weight_bytes\": %llu, \"read_gb_s\": %.1f,\n \"prompt\": {\"tokens\": %d, "
                "\"tok_s\": %.2f},\n \"decode\": [",
                strata_backend(r.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", strata_n_stages(r.e),
-               o.ep.kv_type == KV_F16 ? "f16" : "k8v4", o.ep.n_threads, reps,
+               o.ep.kv_type == KV_F16 ? "f16" : "k8v4", o.ep.n_threads, groups, reps,
                (unsigned long long)m->weight_bytes, bw, n_prompt, prompt_tok_s);
         for (int k = 0; k < n_dec; k++)
             printf("%s\n  {\"batch\": %d, \"ctx\": %d, \"steps\": %d, \"short_prompt\": %d, "

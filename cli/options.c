@@ -69,7 +69,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
                                        "--backend", "--kv", "--batch", "--slots", "-np",
                                        "--layer-split", "--devices", "--kv-resident", "-t",
                                        "--threads", "--chunk", "--conversation-cache-mib",
-                                       "--conversation-cache-slots", NULL};
+                                       "--conversation-cache-slots", "--batch-groups", NULL};
     int known = 0;
     for (int k = 0; with_value[k]; k++)
         known |= IS(with_value[k]);
@@ -131,6 +131,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
         }
     } else if (IS("--batch") || IS("--slots") || IS("-np"))
         return to_int(cmd, a, v, 1, &o->ep.n_slots);
+    else if (IS("--batch-groups"))
+        return to_int(cmd, a, v, 1, &o->ep.batch_groups);
     else if (IS("--layer-split"))
         o->ep.layer_split = v;
     else if (IS("--devices"))
@@ -168,7 +170,18 @@ int cli_opts_parse_all(cli_opts *o, const char *cmd, int argc, char **argv,
             return 2;
         }
     }
-    return -1;
+    return cli_opts_check(o, cmd) ? 2 : -1;
+}
+
+int cli_opts_check(const cli_opts *o, const char *cmd)
+{
+    int G = o->ep.batch_groups, N = o->ep.n_slots;
+    if (G > 1 && (N < 1 || N % G)) {
+        fprintf(stderr, "strata-cli %s: --batch-groups %d does not divide --batch %d (the slots "
+                        "split into equal groups)\n", cmd, G, N);
+        return -1;
+    }
+    return 0;
 }
 
 void cli_opts_help(FILE *f)
@@ -181,6 +194,10 @@ void cli_opts_help(FILE *f)
             "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0)\n"
             "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"
             "  --batch N, --slots N    conversations decoding together (default 1)\n"
+            "  --batch-groups G        with --layer-split: a decode step's slots flow through\n"
+            "                          the stages as a pipeline of G groups (stage k works on\n"
+            "                          one group while stage k+1 works on another); G divides\n"
+            "                          --batch (default 1: off)\n"
             "  --layer-split L1,L2,..|auto  first layer of each stage after the first\n"
             "  --devices D0,D1,..      CUDA device of each stage (default all 0)\n"
             "  --chunk N               prefill chunk in tokens (default 256)\n"

@@ -33,6 +33,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i);
  * the exit status to return (0 after --help, 2 on a bad or unknown option). */
 int cli_opts_parse_all(cli_opts *o, const char *cmd, int argc, char **argv,
                        void (*usage)(FILE *f));
+/* Checks that need every option: --batch-groups divides --batch.  Returns
+ * 0, or -1 with a message (cli_opts_parse_all calls it; front ends that
+ * parse option by option call it after their loop). */
+int cli_opts_check(const cli_opts *o, const char *cmd);
 /* The help text for the shared options. */
 void cli_opts_help(FILE *f);
 /* Fill model_path with the demo model's cache path if -m was not given.

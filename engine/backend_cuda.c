@@ -14,6 +14,8 @@
  * stage, captured on first use, so a step is a few graph launches instead of
  * hundreds of kernel launches; positions and page tables are read from
  * device buffers whose addresses never change, which keeps the graphs valid.
+ * With --batch-groups and a split, a decode step's rows flow through the
+ * stages as a pipeline of groups (see "batch groups" below).
  *
  * Weight types the card has no kernel for (Q4_1, Q5_x, IQ4_NL, K-quants,
  * BF16) are converted to F16 on upload, and the engine says so.  Setup and
@@ -209,6 +211,28 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
     return rc;
 }
 
+/* Capture one stage's kernels for call c into an executable graph. */
+static int capture(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
+                   cudaGraphExec_t *out, strata_error *err)
+{
+    cudaGraph_t g;
+    CUDA_CHECK(err, cudaStreamBeginCapture(cs->compute, cudaStreamCaptureModeThreadLocal));
+    int rc = stage_kernels(e, st, cs, c, err);
+    cudaError_t ce = cudaStreamEndCapture(cs->compute, &g);
+    if (rc) {
+        if (ce == cudaSuccess)
+            cudaGraphDestroy(g);
+        return rc;
+    }
+    if (ce != cudaSuccess)
+        return strata_cuda_fail(err, ce, "cudaStreamEndCapture", __FILE__, __LINE__);
+    ce = cudaGraphInstantiate(out, g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess)
+        return strata_cuda_fail(err, ce, "cudaGraphInstantiate", __FILE__, __LINE__);
+    return 0;
+}
+
 /* Run one stage's kernels, through a captured graph for decode steps. */
 static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
                      strata_error *err)
@@ -216,31 +240,23 @@ static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const ca
     if (!c->decode || c->n > MAX_GRAPH_ROWS || getenv("STRATA_NO_GRAPHS"))
         return stage_kernels(e, st, cs, c, err);
     if (!cs->graph[c->n]) {
-        cudaGraph_t g;
-        CUDA_CHECK(err, cudaStreamBeginCapture(cs->compute, cudaStreamCaptureModeThreadLocal));
-        int rc = stage_kernels(e, st, cs, c, err);
-        cudaError_t ce = cudaStreamEndCapture(cs->compute, &g);
+        int rc = capture(e, st, cs, c, &cs->graph[c->n], err);
         if (rc)
             return rc;
-        if (ce != cudaSuccess)
-            return strata_cuda_fail(err, ce, "cudaStreamEndCapture", __FILE__, __LINE__);
-        ce = cudaGraphInstantiate(&cs->graph[c->n], g, 0);
-        cudaGraphDestroy(g);
-        if (ce != cudaSuccess)
-            return strata_cuda_fail(err, ce, "cudaGraphInstantiate", __FILE__, __LINE__);
     }
     CUDA_CHECK(err, cudaGraphLaunch(cs->graph[c->n], cs->compute));
     return 0;
 }
 
-/* Fill a stage's input words and queue their upload. */
-static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_row *rows,
-                        const call *c, strata_error *err)
+/* Fill one block of input words (tokens | tok_pos | seq_pos | pages) for
+ * the rows of call c. */
+static int fill_inputs(strata_engine *e, const stage *st, int32_t *in, const fwd_row *rows,
+                       const call *c, strata_error *err)
 {
     cuda_engine *ce = e->cuda;
     int R = ce->max_rows, P = ce->page_stride;
-    int32_t *tokens = cs->h_in, *tok_pos = cs->h_in + R, *seq_pos = cs->h_in + 2 * R;
-    int32_t *pages = cs->h_in + 3 * R;
+    int32_t *tokens = in, *tok_pos = in + R, *seq_pos = in + 2 * R;
+    int32_t *pages = in + 3 * R;
     for (int r = 0; r < c->n; r++) {
         tokens[r] = rows[r].token;
         tok_pos[r] = rows[r].pos;
@@ -253,33 +269,181 @@ static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const
             return strata_err(err, STRATA_E_LIMIT, "sequence holds %d pages > %d", kq->n_pages, P);
         memcpy(pages + (size_t)s * P, kq->pages, (size_t)kq->n_pages * sizeof(int32_t));
     }
+    return 0;
+}
+
+/* Fill a stage's input words and queue their upload. */
+static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_row *rows,
+                        const call *c, strata_error *err)
+{
+    /* A pinned copy reads host memory when the stream reaches it, and a
+     * call that wants no logits (a prompt chunk before the last) returns
+     * without waiting for the card: the previous call's upload may not have
+     * run yet, so wait for it before writing the words again. */
+    CUDA_CHECK(err, cudaEventSynchronize(cs->in_free));
+    int rc = fill_inputs(e, st, cs->h_in, rows, c, err);
+    if (rc)
+        return rc;
     /* The stream is ordered: this upload lands before the kernels that read
      * it, and after the previous call's kernels finished with the buffer. */
     CUDA_CHECK(err, cudaMemcpyAsync(cs->d_in, cs->h_in, cs->in_words * 4, cudaMemcpyHostToDevice,
                                     cs->compute));
+    CUDA_CHECK(err, cudaEventRecord(cs->in_free, cs->compute));
     return 0;
 }
 
-/* Move n rows of hidden state from stage a's card to stage b's. */
-static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, int n, strata_error *err)
+/* Move rows [off, off + n) of hidden state from stage a's card to the same
+ * rows of stage b's, once a's stream has done the work queued on it so far
+ * (event ev, recorded here). */
+static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, cudaEvent_t ev, int off, int n,
+                 strata_error *err)
 {
     cuda_engine *ce = e->cuda;
+    size_t at = (size_t)off * e->m->hp.n_embd;
     size_t bytes = (size_t)n * e->m->hp.n_embd * sizeof(float);
-    CUDA_CHECK(err, cudaEventRecord(a->done, a->compute));
+    float *src = a->x + at, *dst = b->x + at, *bounce = a->h_x + at;
+    CUDA_CHECK(err, cudaEventRecord(ev, a->compute));
     CUDA_CHECK(err, cudaSetDevice(b->dev));
-    CUDA_CHECK(err, cudaStreamWaitEvent(b->compute, a->done, 0));
+    CUDA_CHECK(err, cudaStreamWaitEvent(b->compute, ev, 0));
     if (a->dev == b->dev) {
-        CUDA_CHECK(err, cudaMemcpyAsync(b->x, a->x, bytes, cudaMemcpyDeviceToDevice, b->compute));
+        CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->compute));
     } else if (ce->peer_ok) {
-        CUDA_CHECK(err, cudaMemcpyPeerAsync(b->x, b->dev, a->x, a->dev, bytes, b->compute));
+        CUDA_CHECK(err, cudaMemcpyPeerAsync(dst, b->dev, src, a->dev, bytes, b->compute));
     } else {
+        /* The host waits for a's stream here, which also holds back the
+         * batch groups after this one (peer copies do not). */
         CUDA_CHECK(err, cudaSetDevice(a->dev));
-        CUDA_CHECK(err, cudaMemcpyAsync(a->h_x, a->x, bytes, cudaMemcpyDeviceToHost, a->compute));
+        CUDA_CHECK(err, cudaMemcpyAsync(bounce, src, bytes, cudaMemcpyDeviceToHost, a->compute));
         CUDA_CHECK(err, cudaStreamSynchronize(a->compute));
         CUDA_CHECK(err, cudaSetDevice(b->dev));
-        CUDA_CHECK(err, cudaMemcpyAsync(b->x, a->h_x, bytes, cudaMemcpyHostToDevice, b->compute));
+        CUDA_CHECK(err, cudaMemcpyAsync(dst, bounce, bytes, cudaMemcpyHostToDevice, b->compute));
     }
     return 0;
+}
+
+/* ---- batch groups ---------------------------------------------------------- *
+ *
+ * With --batch-groups G and a layer split, a decode step's rows are cut into
+ * G contiguous groups and issued in wavefront order: for each group, each
+ * stage runs it.  Every stage has its own stream, so while stage k+1 runs
+ * group g (its stream waited on stage k's event for g), stage k's stream
+ * already runs group g+1: the stages overlap, on one card or several.
+ *
+ * No group may overwrite what a stage is still to read for another, so a
+ * group owns rows [off, off + len) of every stage's x and of the last
+ * stage's logits, and input block g (tokens, positions, page tables) of
+ * every stage; scratch (xb, q, ..., matmul and attention scratch) is only
+ * used inside one stream, which runs the groups one after another.
+ * stage_kernels works on rows [0, n) of the buffers it is given, so a group
+ * runs through it unchanged on a view of the stage whose pointers start at
+ * the group's rows and block (group_view).  Each row's arithmetic is the
+ * same as in the whole step (the invariance rule), so the logits are bit
+ * for bit those of G = 1; the logits of the step sit at the same rows as
+ * without groups, which is what the copy back and on-card sampling read. */
+
+/* The stage as group g (rows from off, input block blk) sees it. */
+static cuda_stage group_view(const cuda_stage *cs, int64_t D, int64_t V, int off, int blk)
+{
+    cuda_stage v = *cs;
+    v.x = cs->x + (size_t)off * D;
+    v.logits = cs->logits ? cs->logits + (size_t)off * V : NULL;
+    v.d_in = cs->d_in + (size_t)blk * cs->in_words;
+    v.h_in = cs->h_in + (size_t)blk * cs->in_words;
+    return v;
+}
+
+/* Run a group on a stage (view v of cs), through a graph captured per
+ * (rows, row offset, input block); the least recently used of
+ * GROUP_GRAPHS is replaced when none fits. */
+static int group_run(strata_engine *e, const stage *st, cuda_stage *cs, cuda_stage *v,
+                     const call *c, int off, int blk, strata_error *err)
+{
+    if (c->n > MAX_GRAPH_ROWS || getenv("STRATA_NO_GRAPHS"))
+        return stage_kernels(e, st, v, c, err);
+    if (off == 0 && blk == 0)
+        return stage_run(e, st, cs, c, err); /* the same pointers as a whole step of c->n rows */
+    group_graph *gg = cs->group_graphs, *slot = NULL;
+    cs->group_clock++;
+    for (int i = 0; i < GROUP_GRAPHS && !slot; i++)
+        if (gg[i].used && gg[i].n == c->n && gg[i].off == off && gg[i].blk == blk)
+            slot = &gg[i];
+    if (!slot) {
+        slot = &gg[0];
+        for (int i = 1; i < GROUP_GRAPHS; i++)
+            if (gg[i].used < slot->used)
+                slot = &gg[i];
+        if (slot->exec) {
+            /* it may still be queued from an earlier group of this step */
+            CUDA_CHECK(err, cudaStreamSynchronize(cs->compute));
+            CUDA_CHECK(err, cudaGraphExecDestroy(slot->exec));
+            slot->exec = NULL;
+        }
+        slot->used = 0;
+        int rc = capture(e, st, v, c, &slot->exec, err);
+        if (rc) {
+            slot->exec = NULL;
+            return rc;
+        }
+        slot->n = c->n;
+        slot->off = off;
+        slot->blk = blk;
+    }
+    slot->used = cs->group_clock;
+    CUDA_CHECK(err, cudaGraphLaunch(slot->exec, cs->compute));
+    return 0;
+}
+
+/* A decode step's n rows through every stage in G pipelined groups. */
+static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strata_error *err)
+{
+    cuda_engine *ce = e->cuda;
+    int64_t D = e->m->hp.n_embd, V = e->m->hp.n_vocab;
+    size_t head = 3 * (size_t)ce->max_rows; /* tokens | tok_pos | seq_pos; pages follow */
+    int rc = 0;
+    /* Every group's inputs first, each into its own block: queued ahead of
+     * the groups' kernels, they leave no copies between the group graphs. */
+    for (int si = 0; si < e->n_stages && !rc; si++) {
+        stage *st = &e->stages[si];
+        cuda_stage *cs = st->cuda;
+        CUDA_CHECK(err, cudaSetDevice(cs->dev));
+        CUDA_CHECK(err, cudaEventSynchronize(cs->in_free)); /* as in stage_inputs */
+        for (int g = 0; g < G && !rc; g++) {
+            int off, len;
+            group_rows(n, G, g, &off, &len);
+            if (!len)
+                continue;
+            call cg = {len, 1, len, 1, 0};
+            cuda_stage v = group_view(cs, D, V, off, g);
+            rc = fill_inputs(e, st, v.h_in, rows + off, &cg, err);
+            if (rc)
+                break;
+            size_t words = head + (size_t)len * ce->page_stride;
+            CUDA_CHECK(err, cudaMemcpyAsync(v.d_in, v.h_in, words * 4, cudaMemcpyHostToDevice,
+                                            cs->compute));
+        }
+        CUDA_CHECK(err, cudaEventRecord(cs->in_free, cs->compute));
+    }
+    /* The wavefront. */
+    for (int g = 0; g < G && !rc; g++) {
+        int off, len;
+        group_rows(n, G, g, &off, &len);
+        if (!len)
+            continue;
+        call cg = {len, 1, len, 1, 0};
+        for (int si = 0; si < e->n_stages && !rc; si++) {
+            stage *st = &e->stages[si];
+            cuda_stage *cs = st->cuda;
+            cuda_stage v = group_view(cs, D, V, off, g);
+            CUDA_CHECK(err, cudaSetDevice(cs->dev));
+            if (si > 0) {
+                cuda_stage *a = e->stages[si - 1].cuda;
+                rc = cross(e, a, cs, a->group_done[g], off, len, err);
+            }
+            rc = rc ? rc : group_run(e, st, cs, &v, &cg, off, g, err);
+            e->group_runs++;
+        }
+    }
+    return rc;
 }
 
 /* Run every stage for the rows; the last stage's logits stay on its card. */
@@ -290,17 +454,25 @@ static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, 
     if (n > ce->max_rows)
         return strata_err(err, STRATA_E_ARG, "forward: %d rows > %d", n, ce->max_rows);
     *c = (call){n, decode, decode ? n : 1, decode ? 1 : n, n};
-    for (int r = n - 1; r >= 0; r--)
+    int all = 1; /* every row wants logits (every decode step the engine makes) */
+    for (int r = n - 1; r >= 0; r--) {
         if (rows[r].logits >= 0)
             c->first = r;
+        all &= rows[r].logits >= 0;
+    }
+    int G = forward_groups(e, decode);
+    if (G > 1 && all)
+        return run_groups(e, rows, n, G, err);
     int rc = 0;
     for (int si = 0; si < e->n_stages && !rc; si++) {
         stage *st = &e->stages[si];
         cuda_stage *cs = st->cuda;
         CUDA_CHECK(err, cudaSetDevice(cs->dev));
         rc = stage_inputs(e, st, cs, rows, c, err);
-        if (!rc && si > 0)
-            rc = cross(e, e->stages[si - 1].cuda, cs, n, err);
+        if (!rc && si > 0) {
+            cuda_stage *a = e->stages[si - 1].cuda;
+            rc = cross(e, a, cs, a->done, 0, n, err);
+        }
         rc = rc ? rc : stage_run(e, st, cs, c, err);
     }
     return rc;

@@ -264,12 +264,15 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
         if (rc)
             return rc;
     }
-    /* inputs: tokens[R], tok_pos[R], seq_pos[R], pages[R][page_stride] */
+    /* inputs: tokens[R], tok_pos[R], seq_pos[R], pages[R][page_stride],
+     * one such block per batch group */
     cs->in_words = R * 3 + R * (size_t)ce->page_stride;
-    int rc = cuda_dmalloc((void **)&cs->d_in, cs->in_words * 4, cs->dev, "inputs", err);
+    size_t in_bytes = cs->in_words * 4 * (size_t)ce->n_groups;
+    int rc = cuda_dmalloc((void **)&cs->d_in, in_bytes, cs->dev, "inputs", err);
     if (rc)
         return rc;
-    CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_in, cs->in_words * 4));
+    CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_in, in_bytes));
+    CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->in_free, cudaEventDisableTiming));
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
@@ -296,6 +299,38 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     /* the split-attention tickets must start at zero */
     CUDA_CHECK(err, cudaMemset(cs->att_scratch, 0, cs->att_scratch_bytes));
     return 0;
+}
+
+/* Batch groups: an event per group (the hidden state of group g crosses
+ * to the next stage once this stage's work on g is done) and the group
+ * graph cache.  Nothing with groups off. */
+static int alloc_groups(strata_engine *e, cuda_stage *cs, strata_error *err)
+{
+    cuda_engine *ce = e->cuda;
+    if (ce->n_groups <= 1)
+        return 0;
+    cs->group_done = calloc((size_t)ce->n_groups, sizeof *cs->group_done);
+    cs->group_graphs = calloc(GROUP_GRAPHS, sizeof *cs->group_graphs);
+    if (!cs->group_done || !cs->group_graphs)
+        return strata_err(err, STRATA_E_NOMEM, "out of memory");
+    CUDA_CHECK(err, cudaSetDevice(cs->dev));
+    for (int g = 0; g < ce->n_groups; g++)
+        CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->group_done[g], cudaEventDisableTiming));
+    return 0;
+}
+
+static void free_groups(const cuda_engine *ce, cuda_stage *cs)
+{
+    for (int i = 0; cs->group_graphs && i < GROUP_GRAPHS; i++)
+        if (cs->group_graphs[i].exec)
+            cudaGraphExecDestroy(cs->group_graphs[i].exec);
+    for (int g = 0; cs->group_done && ce && g < ce->n_groups; g++)
+        if (cs->group_done[g])
+            cudaEventDestroy(cs->group_done[g]);
+    free(cs->group_graphs);
+    free(cs->group_done);
+    cs->group_graphs = NULL;
+    cs->group_done = NULL;
 }
 
 /* ---- init / free ----------------------------------------------------------- */
@@ -349,9 +384,11 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
     e->cuda = ce;
     ce->max_rows = e->p.n_chunk > e->p.n_slots ? e->p.n_chunk : e->p.n_slots;
     ce->page_stride = (e->n_ctx + KV_PAGE - 1) / KV_PAGE;
+    ce->n_groups = forward_groups(e, 1);
     ce->peer_ok = 1;
     for (int i = 0; i < e->n_stages; i++) {
         int rc = init_stage(e, &e->stages[i], err);
+        rc = rc ? rc : alloc_groups(e, e->stages[i].cuda, err);
         if (rc)
             return rc;
         ce->total_bytes += ((cuda_stage *)e->stages[i].cuda)->weight_bytes;
@@ -414,6 +451,7 @@ void cuda_engine_free(strata_engine *e)
         for (int r = 0; r <= MAX_GRAPH_ROWS; r++)
             if (cs->graph[r])
                 cudaGraphExecDestroy(cs->graph[r]);
+        free_groups(e->cuda, cs);
         for (int l = 0; cs->layers && l < e->stages[i].l1 - e->stages[i].l0; l++) {
             dlayer *d = &cs->layers[l];
             float *v[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->q_norm, d->k_norm};
@@ -440,6 +478,8 @@ void cuda_engine_free(strata_engine *e)
             cudaFreeHost(cs->h_x);
         if (cs->done)
             cudaEventDestroy(cs->done);
+        if (cs->in_free)
+            cudaEventDestroy(cs->in_free);
         if (cs->compute)
             cudaStreamDestroy(cs->compute);
         if (cs->copy)

@@ -9,6 +9,10 @@
 #include "backend_cuda.h"
 
 #define MAX_GRAPH_ROWS 64
+/* Decode graphs of batch groups kept per stage (least recently used
+ * replaced): a step of n rows in G groups uses up to G (rows, offset)
+ * pairs, so 128 holds every pair of a few batch sizes at once. */
+#define GROUP_GRAPHS 128
 
 typedef struct dweight {
     void *d;
@@ -24,6 +28,15 @@ typedef struct dlayer {
     dweight wqkv, gate_up;
 } dlayer;
 
+/* A captured decode graph of one batch group: its rows [off, off + n) of
+ * the activations and input block blk are baked into the kernels'
+ * arguments, so all three are the key. */
+typedef struct group_graph {
+    int n, off, blk;
+    uint64_t used;               /* stage's step clock at last use; 0: empty */
+    cudaGraphExec_t exec;
+} group_graph;
+
 /* One stage's card-side state. */
 typedef struct cuda_stage {
     int dev;
@@ -35,21 +48,32 @@ typedef struct cuda_stage {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
     float *moe_w;                /* [rows * k] */
     int32_t *moe_sel;            /* [rows * k] */
-    /* per-call inputs, uploaded from `in` */
-    int32_t *d_in;               /* tokens | tok_pos | seq_pos | pages */
+    /* per-call inputs, uploaded from `in`: one block of in_words per batch
+     * group (cuda_engine.n_groups; block 0 is the whole call's when groups
+     * are off), so a group's upload never overwrites words a stage is
+     * still to read for another group */
+    int32_t *d_in;               /* [n_groups][tokens | tok_pos | seq_pos | pages] */
     int32_t *h_in;               /* pinned mirror */
-    size_t in_words;
+    size_t in_words;             /* words of one block */
+    cudaEvent_t in_free;         /* recorded after the uploads from h_in: the host
+                                  * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
     cudaEvent_t done;            /* recorded when the stage's work is queued */
     cudaGraphExec_t graph[MAX_GRAPH_ROWS + 1]; /* decode steps by row count */
+    /* batch groups (n_groups > 1 only): */
+    cudaEvent_t *group_done;     /* [n_groups] recorded after group g's work */
+    group_graph *group_graphs;   /* [GROUP_GRAPHS] */
+    uint64_t group_clock;        /* group runs so far (LRU clock) */
     uint64_t weight_bytes;
 } cuda_stage;
 
 /* What the stages share. */
 typedef struct cuda_engine {
     int max_rows, page_stride, n_converted;
+    int n_groups;                /* input blocks and events per stage: batch groups
+                                  * with a split, else 1 */
     uint64_t total_bytes;
     int peer_ok;                 /* all consecutive cross-card pairs have peer access */
     float *h_logits;             /* pinned, max_rows x n_vocab */

@@ -27,6 +27,7 @@ int strata_backend(const strata_engine *e) { return e->backend; }
 int strata_n_stages(const strata_engine *e) { return e->n_stages; }
 int strata_n_slots(const strata_engine *e) { return e->p.n_slots; }
 int strata_n_chunk(const strata_engine *e) { return e->p.n_chunk; }
+int strata_batch_groups(const strata_engine *e) { return forward_groups(e, 1); }
 
 /* ---- placement ----------------------------------------------------------- */
 
@@ -211,6 +212,13 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
         e->p.n_slots = 1;
     if (e->p.n_chunk <= 0)
         e->p.n_chunk = 256;
+    if (e->p.batch_groups < 0 || (e->p.batch_groups > 1 && e->p.n_slots % e->p.batch_groups)) {
+        int rc = strata_err(err, STRATA_E_ARG, "--batch-groups %d: must be at least 1 and divide "
+                            "--batch %d (the slots split into equal groups)", e->p.batch_groups,
+                            e->p.n_slots);
+        free(e);
+        return rc;
+    }
     int rc = model_load(p->model_path, &e->m, err);
     if (!rc)
         rc = tokenizer_from_gguf(e->m->g, &e->tok, err);
@@ -246,6 +254,16 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
     if (rc) {
         strata_close(e);
         return rc;
+    }
+    if (!e->p.quiet && e->p.batch_groups > 1) {
+        int G = e->p.batch_groups;
+        if (e->n_stages > 1)
+            fprintf(stderr, "strata: batch groups on: a decode step of %d slots runs through the "
+                            "%d stages as a pipeline of %d groups of %d\n", e->p.n_slots,
+                    e->n_stages, G, e->p.n_slots / G);
+        else
+            fprintf(stderr, "strata: --batch-groups %d has no effect with one stage "
+                            "(add --layer-split)\n", G);
     }
     *out = e;
     return 0;
@@ -288,4 +306,6 @@ void strata_describe(const strata_engine *e, char *buf, size_t cap)
         else
             n += (size_t)snprintf(buf + n, cap - n, " [%d: layers %d-%d]", i, st->l0, st->l1 - 1);
     }
+    if (forward_groups(e, 1) > 1 && n < cap)
+        snprintf(buf + n, cap - n, "; decode in %d pipelined batch groups", forward_groups(e, 1));
 }

@@ -45,6 +45,8 @@ struct strata_engine {
     stagepool *pool;     /* NULL with one stage */
     cpu_scratch cpu;
     void *cuda;          /* engine-wide CUDA state, NULL on CPU */
+    uint64_t group_runs; /* (stage, group) runs issued by grouped decode steps, so
+                          * tests can see the grouped path ran */
 };
 
 struct strata_seq {
@@ -70,6 +72,24 @@ int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
                         const struct sampler_params *const *params, const float *uniform,
                         int32_t *next, strata_error *err);
 int cuda_can_sample(const struct sampler_params *p);
+
+/* Batch groups (doc/engine.md, "Batch groups").  The number of groups a
+ * forward call's rows are pipelined in: G for a decode step of a split
+ * engine with --batch-groups G > 1, else 1 (prompt chunks are one sequence's
+ * rows and always run whole). */
+static inline int forward_groups(const strata_engine *e, int decode)
+{
+    return decode && e->n_stages > 1 && e->p.batch_groups > 1 ? e->p.batch_groups : 1;
+}
+/* Rows [*off, *off + *len) of n rows are group g of G: contiguous groups,
+ * sizes as equal as possible (the first n % G groups one row larger); with
+ * n < G the last groups are empty and are skipped. */
+static inline void group_rows(int n, int G, int g, int *off, int *len)
+{
+    int q = n / G, r = n % G;
+    *off = g * q + (g < r ? g : r);
+    *len = q + (g < r);
+}
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err);
 void cpu_scratch_free(cpu_scratch *s);
 

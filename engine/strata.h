@@ -30,6 +30,10 @@ typedef struct strata_params {
     int n_ctx;              /* per-sequence context limit; 0: min(model's, 4096) */
     int kv_type;            /* KV_K8V4 (default) or KV_F16 */
     int n_slots;            /* sequences that may be resident at once (>= 1) */
+    int batch_groups;       /* --batch-groups: with a layer split, a decode step's rows
+                             * flow through the stages as a pipeline of this many
+                             * groups (doc/engine.md, "Batch groups"); must divide
+                             * n_slots; 0 or 1: off */
     int kv_resident;        /* tokens per stage pool; 0: n_ctx * n_slots */
     int n_chunk;            /* prefill chunk (tokens); 0: 256 */
     int n_threads;          /* CPU threads; 0: all cores */
@@ -58,6 +62,8 @@ int strata_backend(const strata_engine *e);   /* the backend actually used */
 int strata_n_stages(const strata_engine *e);
 int strata_n_slots(const strata_engine *e);   /* sequences that may decode together */
 int strata_n_chunk(const strata_engine *e);   /* prompt tokens per forward call */
+/* Groups a decode step's rows are pipelined in: 1 when off or with one stage. */
+int strata_batch_groups(const strata_engine *e);
 /* One line describing placement, memory and KV budgets (for logs, /stats). */
 void strata_describe(const strata_engine *e, char *buf, size_t cap);
 
