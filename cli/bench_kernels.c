@@ -25,35 +25,6 @@
 
 #ifndef STRATA_CUDA
 
-typedef struct bk_shape {
-    int64_t rows, cols, n;
-    double ggml; /* ggml's microseconds from ANCHORS.md, 0: none */
-} bk_shape;
-
-/* "ROWSxCOLS[xN],..." (N defaults to 1) into out; the count, or -1. */
-static int bk_parse_shapes(const char *spec, bk_shape *out, int max)
-{
-    int n = 0;
-    const char *p = spec;
-    while (*p) {
-        long long r = 0, c = 0, k = 1;
-        int used = 0;
-        if (n == max || sscanf(p, "%lldx%lld%n", &r, &c, &used) != 2 || r < 1 || c < 1)
-            return -1;
-        p += used;
-        if (*p == 'x' && (sscanf(p, "x%lld%n", &k, &used) != 1 || k < 1))
-            return -1;
-        if (*p == 'x')
-            p += used;
-        out[n++] = (bk_shape){r, c, k, 0};
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return -1;
-    }
-    return n;
-}
-
 int bench_kernels(int argc, char **argv)
 {
     (void)argc;
