@@ -296,11 +296,7 @@ int bench_clients(int argc, char **argv)
             bad = bc_int(a, v, 1, &c.prompt_tokens), i++;
         else if (!strcmp(a, "--gen-tokens"))
             bad = bc_int(a, v, 1, &c.gen_tokens), i++;
-        else if (!strcmp(a, "--batch-groups")) {
-            fprintf(stderr, "strata-cli bench: --batch-groups is not implemented yet "
-                            "(pipelined groups need GPU stages; see doc/scheduler.md)\n");
-            return 2;
-        } else {
+        else {
             int r = cli_opts_parse(&o, "bench", argc, argv, &i);
             if (r < 0)
                 return 2;
@@ -314,6 +310,8 @@ int bench_clients(int argc, char **argv)
     }
     if (!o.ep.n_slots)
         o.ep.n_slots = c.clients;
+    if (cli_opts_check(&o, "bench"))
+        return 2;
     c.grow = o.conv_cache_mib > 0;
     if (!o.ep.n_ctx)
         o.ep.n_ctx = (c.grow ? c.rounds : 1) * (c.prompt_tokens + c.gen_tokens) + 1;
