@@ -190,11 +190,13 @@ static void stream_answer(chat_state *c, sched_handle *h, sched_result *res)
             sched_cancel(h);
             cancelled = 1;
         }
-        int32_t tok;
+        /* SCHED_TIMEOUT is 1, the value of "a token" too (scheduler.h):
+         * a timeout leaves tok as it was, and ids are never negative. */
+        int32_t tok = -1;
         int r = sched_next(h, &tok, 0.05);
         if (r == 0)
             break;
-        if (r != 1)
+        if (tok < 0)
             continue;
         frontend_stream_token(&c->fe, tok);
         if (!oom && conv_add_answer_token(&c->conv, tok, &err)) {
