@@ -93,7 +93,9 @@ typedef struct chat_state {
     size_t cache_mib;
     uint64_t answers;   /* answers this session: turn k samples with seed + k */
     sched_result last;  /* of the last answer */
-    int last_ctx;       /* conversation tokens after it */
+    int last_ctx;       /* conversation tokens after it (one more than the
+                         * context holds when it ended by length: the last
+                         * token was sampled, not fed) */
     int have_last;
 } chat_state;
 
@@ -137,7 +139,8 @@ static void print_stats(chat_state *c)
                "context %d/%d; finish %s; load %.2f s%s\n",
                r->n_prompt, r->n_restored, r->t_restore, n_read, t_read,
                t_read > 0 ? n_read / t_read : 0.0, r->t_first, r->n_gen, r->decode_tps, gbs,
-               c->last_ctx, n_ctx, sched_finish_name(r->finish), c->fe.t_load,
+               c->last_ctx < n_ctx ? c->last_ctx : n_ctx, n_ctx, sched_finish_name(r->finish),
+               c->fe.t_load,
                r->finish == SCHED_FINISH_CANCELLED ? " [interrupted]" : "");
     }
     print_cache_stats(c);
@@ -252,8 +255,8 @@ static void turn(chat_state *c, const char *line)
         fprintf(stderr, "(answer stopped)\n");
     else if (res.finish == SCHED_FINISH_LENGTH &&
              (c->fe.o->n_predict <= 0 || res.n_gen < c->fe.o->n_predict))
-        fprintf(stderr, "strata-cli chat: context full after %d tokens (raise -c)\n"
-                        "(use /reset to start over)\n", c->last_ctx);
+        fprintf(stderr, "strata-cli chat: context full (%d tokens; raise -c)\n"
+                        "(use /reset to start over)\n", strata_n_ctx(c->fe.e));
 }
 
 /* Open the engine and start the scheduler on it, with SIGINT blocked: the
