@@ -1,7 +1,14 @@
 /* cmd_chat.c: strata-cli chat — an interactive conversation in the model's
- * chat format.  The conversation's KV stays in the engine between turns, so
- * a turn reads only its own new tokens.  Works on a terminal and on a pipe. */
+ * chat format, on the scheduler (engine/scheduler.h).
+ *
+ * Each turn submits the whole conversation as token ids (conversation.h:
+ * the previous turns' prompt and answer ids, then the new user turn) and
+ * streams the answer as it comes.  The conversation cache is on by default
+ * here: a finished turn's KV is parked in host memory, and the next turn,
+ * whose tokens extend it, restores it instead of re-reading the history
+ * (/stats shows restored vs read).  Works on a terminal and on a pipe. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +16,18 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "conversation.h"
+#include "engine/scheduler.h"
 #include "frontend.h"
 #include "options.h"
+
+/* The conversation cache for chat unless --conversation-cache-mib says
+ * otherwise (0 turns it off).  One conversation at a time needs little: on
+ * the demo model (30 layers, 3 KV heads of 64, k8v4) a token's K/V is about
+ * 9 KiB, so 256 MiB holds a 28K-token conversation; on a 40-layer model with
+ * 8 KV heads of 128 (about 65 KiB a token) it holds 4K tokens, and a longer
+ * one is not parked (the next turn re-reads, slower but the same). */
+#define CHAT_CACHE_MIB 256
 
 static void usage(FILE *f)
 {
@@ -18,9 +35,14 @@ static void usage(FILE *f)
                "Interactive chat; with no -m, the demo model (`make model`).  Commands:\n"
                "  /reset        forget the conversation\n"
                "  /system TEXT  set the system prompt (starts a new conversation)\n"
-               "  /stats        rates, context use and memory budgets\n"
+               "  /stats        rates, prompt tokens read vs restored, context use, budgets\n"
                "  /help         this list\n"
-               "  /quit         leave (Ctrl-D too); Ctrl-C stops the current answer\n\n");
+               "  /quit         leave (Ctrl-D too); Ctrl-C stops the current answer (what it\n"
+               "                said so far stays in the conversation)\n\n"
+               "Each turn sends the whole conversation to the scheduler; a follow-up turn\n"
+               "restores the previous turns from the conversation cache instead of\n"
+               "re-reading them (--conversation-cache-mib, default %d for chat; 0: off,\n"
+               "every turn re-reads the conversation).\n\n", CHAT_CACHE_MIB);
     cli_opts_help(f);
 }
 
@@ -64,21 +86,69 @@ static int read_line(char **buf, size_t *cap)
 
 typedef struct chat_state {
     frontend fe;
+    strata_sched *sched;
+    conversation conv;
     const char *system;
     char *system_buf;
-    gen_stats last;
+    size_t cache_mib;
+    uint64_t answers;   /* answers this session: turn k samples with seed + k */
+    sched_result last;  /* of the last answer */
+    int last_ctx;       /* conversation tokens after it (one more than the
+                         * context holds when it ended by length: the last
+                         * token was sampled, not fed) */
     int have_last;
 } chat_state;
 
+static void print_cache_stats(chat_state *c)
+{
+    sched_cache_stats st;
+    sched_get_cache_stats(c->sched, &st);
+    if (!st.on) {
+        printf("conversation cache: off (--conversation-cache-mib 0): every turn re-reads "
+               "the conversation\n");
+        return;
+    }
+    /* A snapshot as of the last capture or restore: the capture of an
+     * answer that just ended may not be counted yet. */
+    printf("conversation cache: %.2f of %.0f MiB, %d of %d images; %llu captures "
+           "(%llu K/V reused, %llu failed), %llu restores (%llu tokens), %llu evictions\n",
+           (double)st.cache.bytes_used / 1048576.0, (double)st.cache.bytes_max / 1048576.0,
+           st.cache.images, st.cache.images_max, (unsigned long long)st.captures,
+           (unsigned long long)st.park.captures[PARK_CAPTURE_REUSED],
+           (unsigned long long)st.capture_failures, (unsigned long long)st.restores,
+           (unsigned long long)st.restored_tokens, (unsigned long long)st.cache.evictions);
+}
+
+/* The last answer's numbers, all from its sched_result. */
 static void print_stats(chat_state *c)
 {
     char d[1024];
     strata_describe(c->fe.e, d, sizeof d);
     printf("%s\n", d);
-    if (c->have_last)
-        frontend_print_stats(&c->fe, &c->last, stdout);
-    else
-        printf("no answer yet; context %d/%d\n", strata_seq_len(c->fe.seq), strata_n_ctx(c->fe.e));
+    int n_ctx = strata_n_ctx(c->fe.e);
+    if (!c->have_last) {
+        printf("no answer yet; context %d/%d\n", (int)c->conv.toks.n, n_ctx);
+    } else {
+        const sched_result *r = &c->last;
+        int n_read = r->n_prompt - r->n_restored;
+        /* t_first holds the queue wait, the restore and the reading */
+        double t_read = r->t_first - r->t_admit - r->t_restore;
+        double gbs = r->decode_tps * (double)strata_model(c->fe.e)->weight_bytes / 1e9;
+        printf("strata: prompt %d tok: %d restored (%.4f s), %d read (%.2f s, %.1f tok/s); "
+               "first token after %.3f s; decode %d tok (%.1f tok/s, %.2f GB/s of weights); "
+               "context %d/%d; finish %s; load %.2f s%s\n",
+               r->n_prompt, r->n_restored, r->t_restore, n_read, t_read,
+               t_read > 0 ? n_read / t_read : 0.0, r->t_first, r->n_gen, r->decode_tps, gbs,
+               c->last_ctx < n_ctx ? c->last_ctx : n_ctx, n_ctx, sched_finish_name(r->finish),
+               c->fe.t_load,
+               r->finish == SCHED_FINISH_CANCELLED ? " [interrupted]" : "");
+    }
+    print_cache_stats(c);
+}
+
+static void new_conversation(chat_state *c)
+{
+    conv_reset(&c->conv);
 }
 
 /* Returns 1 to quit. */
@@ -87,13 +157,13 @@ static int command(chat_state *c, const char *line)
     if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
         return 1;
     if (!strcmp(line, "/reset")) {
-        strata_seq_reset(c->fe.seq);
+        new_conversation(c);
         printf("(conversation reset)\n");
     } else if (!strncmp(line, "/system", 7) && (line[7] == ' ' || !line[7])) {
         free(c->system_buf);
         c->system_buf = line[7] ? strdup(line + 8) : NULL;
         c->system = c->system_buf;
-        strata_seq_reset(c->fe.seq);
+        new_conversation(c);
         printf("(system prompt %s; conversation reset)\n", c->system ? "set" : "cleared");
     } else if (!strcmp(line, "/stats")) {
         print_stats(c);
@@ -106,31 +176,122 @@ static int command(chat_state *c, const char *line)
     return 0;
 }
 
+/* Stream the answer of h to stdout and into the conversation; Ctrl-C
+ * cancels it.  Queue mode, not a callback: the tokens come to this thread,
+ * which owns stdout, the decoder and the conversation, and which polls the
+ * Ctrl-C flag between waits of at most 50 ms (the signal handler can only
+ * set a flag: sched_cancel takes a lock).  Tokens already generated when the
+ * cancel takes effect are still read and printed: they are part of what was
+ * produced, and of the history. */
+static void stream_answer(chat_state *c, sched_handle *h, sched_result *res)
+{
+    strata_error err = {0};
+    int cancelled = 0, oom = 0;
+    frontend_stream_begin(&c->fe);
+    for (;;) {
+        if (frontend_interrupted && !cancelled) {
+            sched_cancel(h);
+            cancelled = 1;
+        }
+        /* SCHED_TIMEOUT is 1, the value of "a token" too (scheduler.h):
+         * a timeout leaves tok as it was, and ids are never negative. */
+        int32_t tok = -1;
+        int r = sched_next(h, &tok, 0.05);
+        if (r == 0)
+            break;
+        if (tok < 0)
+            continue;
+        frontend_stream_token(&c->fe, tok);
+        if (!oom && conv_add_answer_token(&c->conv, tok, &err)) {
+            oom = 1;
+            sched_cancel(h);
+        }
+    }
+    frontend_stream_end(&c->fe);
+    sched_wait(h, res);
+    if (oom) {
+        res->finish = SCHED_FINISH_ERROR;
+        res->err = err;
+    }
+}
+
 static void turn(chat_state *c, const char *line)
 {
-    tok_ids ids = {0};
     strata_error err = {0};
-    int first = strata_seq_len(c->fe.seq) == 0;
-    int rc = first ? frontend_chat_first_turn(&c->fe, c->system, line, &ids, &err)
-                   : frontend_chat_next_turn(&c->fe, line, &ids, &err);
+    int rc = conv_begin_turn(&c->conv, &c->fe, c->system, line, &err);
+    sched_request r = sched_request_default();
+    r.tokens = c->conv.toks.ids;
+    r.n_tokens = (int)c->conv.toks.n;
+    r.sampling = c->fe.o->sp;
+    r.sampling.seed += c->answers;
+    r.max_tokens = c->fe.o->n_predict;
+    sched_handle *h = NULL;
+    frontend_interrupted = 0;
     if (!rc)
-        rc = frontend_answer(&c->fe, ids.ids, (int)ids.n, c->fe.o->n_predict, &c->last, &err);
+        rc = sched_submit(c->sched, &r, &h, &err);
     if (rc) {
+        conv_drop_turn(&c->conv);
         fprintf(stderr, "strata-cli chat: %s\n", err.msg);
         if (rc == STRATA_E_LIMIT)
             fprintf(stderr, "(use /reset to start over)\n");
-    } else {
-        c->have_last = 1;
-        if (c->last.cancelled)
-            fprintf(stderr, "(answer stopped)\n");
+        return;
     }
-    tok_ids_free(&ids);
+    sched_result res;
+    stream_answer(c, h, &res);
+    sched_handle_free(h);
+    if (res.finish == SCHED_FINISH_ERROR) {
+        /* The history stays as it was before this turn. */
+        conv_drop_turn(&c->conv);
+        fprintf(stderr, "strata-cli chat: %s\n", res.err.msg);
+        return;
+    }
+    /* stop, length or cancelled: the answer, whole or not, is history */
+    conv_end_turn(&c->conv);
+    c->answers++;
+    c->last = res;
+    c->last_ctx = (int)c->conv.toks.n;
+    c->have_last = 1;
+    if (res.finish == SCHED_FINISH_CANCELLED)
+        fprintf(stderr, "(answer stopped)\n");
+    else if (res.finish == SCHED_FINISH_LENGTH &&
+             (c->fe.o->n_predict <= 0 || res.n_gen < c->fe.o->n_predict))
+        fprintf(stderr, "strata-cli chat: context full (%d tokens; raise -c)\n"
+                        "(use /reset to start over)\n", strata_n_ctx(c->fe.e));
+}
+
+/* Open the engine and start the scheduler on it, with SIGINT blocked: the
+ * threads started meanwhile (the scheduler's, its kernel workers) inherit
+ * the mask, so a Ctrl-C always reaches the main thread, where it interrupts
+ * the read at the prompt or cancels the answer.  A Ctrl-C while loading
+ * stays pending and ends the program when unblocked, as before. */
+static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
+{
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = frontend_open_flags(&c->fe, o, FRONTEND_NO_SEQ, err);
+    if (!rc) {
+        sched_params sp = sched_params_default();
+        sp.chat_template = o->chat_template;
+        sp.cache_mib = o->conv_cache_mib;
+        sp.cache_slots = o->conv_cache_slots;
+        c->sched = sched_new(c->fe.e, &sp, err);
+        if (!c->sched) {
+            rc = err->code ? err->code : STRATA_E_NOMEM;
+            frontend_close(&c->fe);
+        }
+    }
+    c->cache_mib = o->conv_cache_mib;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 int cmd_chat(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.conv_cache_mib = CHAT_CACHE_MIB; /* before parsing: the user's value wins, 0 too */
     int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
     if (st >= 0)
         return st;
@@ -141,7 +302,7 @@ int cmd_chat(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.system = o.system;
     strata_error err = {0};
-    if (frontend_open(&c.fe, &o, &err)) {
+    if (chat_open(&c, &o, &err)) {
         fprintf(stderr, "strata-cli chat: %s\n", err.msg);
         return 1;
     }
@@ -152,9 +313,10 @@ int cmd_chat(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     int tty = isatty(0);
     if (tty)
-        fprintf(stderr, "strata chat (%s, %s). /help for commands, Ctrl-C stops an answer, "
-                        "Ctrl-D or /quit leaves.\n", strata_model(c.fe.e)->arch_name,
-                strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu");
+        fprintf(stderr, "strata chat (%s, %s, conversation cache %zu MiB). /help for commands, "
+                        "Ctrl-C stops an answer, Ctrl-D or /quit leaves.\n",
+                strata_model(c.fe.e)->arch_name,
+                strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", c.cache_mib);
     char *line = NULL;
     size_t cap = 0;
     for (;;) {
@@ -183,6 +345,8 @@ int cmd_chat(int argc, char **argv)
         printf("\n");
     free(line);
     free(c.system_buf);
+    conv_free(&c.conv);
+    sched_free(c.sched);
     frontend_close(&c.fe);
     return 0;
 }

@@ -9,6 +9,11 @@ volatile sig_atomic_t frontend_interrupted;
 
 int frontend_open(frontend *f, cli_opts *o, strata_error *err)
 {
+    return frontend_open_flags(f, o, 0, err);
+}
+
+int frontend_open_flags(frontend *f, cli_opts *o, int flags, strata_error *err)
+{
     memset(f, 0, sizeof *f);
     f->o = o;
     f->out = stdout;
@@ -19,7 +24,7 @@ int frontend_open(frontend *f, cli_opts *o, strata_error *err)
     double t0 = strata_now();
     int rc = strata_open(&o->ep, &f->e, err);
     f->t_load = strata_now() - t0;
-    if (!rc) {
+    if (!rc && !(flags & FRONTEND_NO_SEQ)) {
         f->seq = strata_seq_new(f->e, err);
         if (!f->seq)
             rc = err->code;
@@ -92,31 +97,45 @@ int frontend_chat_next_turn(frontend *f, const char *user, tok_ids *ids, strata_
     return rc;
 }
 
-static int stream_token(int32_t tok, void *user)
+void frontend_stream_begin(frontend *f)
 {
-    frontend *f = user;
+    tokdec_reset(f->dec);
+}
+
+void frontend_stream_token(frontend *f, int32_t tok)
+{
     size_t len = 0;
     const char *s = tokdec_push(f->dec, tok, &len, NULL);
     if (s && len) {
         fwrite(s, 1, len, f->out);
         fflush(f->out);
     }
-    return 0;
 }
 
-int frontend_answer(frontend *f, const int32_t *ids, int n, int max_new, gen_stats *st,
-                    strata_error *err)
+void frontend_stream_end(frontend *f)
 {
-    tokdec_reset(f->dec);
-    frontend_interrupted = 0;
-    int rc = strata_generate(f->seq, ids, n, &f->smp, max_new, stream_token, f,
-                             &frontend_interrupted, st, err);
     size_t len = 0;
     const char *tail = tokdec_flush(f->dec, &len);
     if (tail && len)
         fwrite(tail, 1, len, f->out);
     fputc('\n', f->out);
     fflush(f->out);
+}
+
+static int stream_token(int32_t tok, void *user)
+{
+    frontend_stream_token(user, tok);
+    return 0;
+}
+
+int frontend_answer(frontend *f, const int32_t *ids, int n, int max_new, gen_stats *st,
+                    strata_error *err)
+{
+    frontend_stream_begin(f);
+    frontend_interrupted = 0;
+    int rc = strata_generate(f->seq, ids, n, &f->smp, max_new, stream_token, f,
+                             &frontend_interrupted, st, err);
+    frontend_stream_end(f);
     f->turns++;
     return rc;
 }

@@ -17,9 +17,9 @@ typedef struct cli_opts {
     int n_predict;     /* -n; -1: until stop / context */
     int chat;          /* --chat: wrap the prompt in the chat format */
     int verbose;
-    /* The conversation cache (--conversation-cache-mib, -slots): only front
-     * ends that serve several conversations through the scheduler pass them
-     * on (sched_params.cache_mib / cache_slots); 0: off. */
+    /* The conversation cache (--conversation-cache-mib, -slots): the front
+     * ends on the scheduler pass them on (sched_params.cache_mib /
+     * cache_slots); 0: off.  chat sets its default (256) before parsing. */
     size_t conv_cache_mib;
     int conv_cache_slots;
     char model_buf[1024];

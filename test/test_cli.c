@@ -308,6 +308,19 @@ START_TEST(test_chat_tty)
     TMUX_CHECK(&t, next && next - q > (long)strlen("3+3?") + 2, "empty answer:\n%s", p);
     free(p);
 
+    /* the stopped answer was not parked, but the first turn was: the last
+     * turn restored it from the conversation cache and read the rest */
+    tmux(&t, NULL, "send-keys -t %s /stats Enter", t.sess);
+    ok = wait_for(&t, "conversation cache:", 1, 30);
+    p = pane(&t);
+    const char *sl = strstr(p, "strata: prompt ");
+    int n_prompt = 0, n_restored = 0;
+    TMUX_CHECK(&t, ok && sl && sscanf(sl, "strata: prompt %d tok: %d restored", &n_prompt,
+                                      &n_restored) == 2, "no /stats:\n%s", p);
+    TMUX_CHECK(&t, n_restored > 0 && n_restored < n_prompt,
+               "last turn restored %d of %d prompt tokens:\n%s", n_restored, n_prompt, p);
+    free(p);
+
     tmux(&t, NULL, "send-keys -t %s /quit Enter", t.sess);
     for (int i = 0; i < 50 && !pane_dead(&t); i++)
         usleep(200000);

@@ -1,0 +1,201 @@
+/* test_chat_cli.c: suite "chat_cli": `strata-cli chat` on the scheduler, end
+ * to end through a pipe.
+ *
+ *   - a follow-up turn restores the whole previous turn from the
+ *     conversation cache: exactly its prompt and answer tokens (read from
+ *     /stats), and reads only the new ones;
+ *   - /reset and /system start a new conversation: nothing is restored;
+ *   - the answers are the same with the cache off (every turn re-reads);
+ *   - Ctrl-C (SIGINT) during an answer cancels it, keeps what was said in
+ *     the history and returns to the prompt (demo model: it must still be
+ *     answering when the signal comes; the tiny model finishes too fast).
+ *
+ * The tiny generated llama (test_tiny_llama) answers in milliseconds; its
+ * text is noise (NUL bytes included: the output goes through tr or od
+ * before it becomes a C string), the token counts are what is checked. */
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEED_CLI()                                                            \
+    const char *cli = test_cli();                                             \
+    if (!cli)                                                                 \
+        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)")
+
+static const char *tiny_model(void)
+{
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("chat-cli-llama", 400, 11);
+    return path;
+}
+
+static int runf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int runf(char **out, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return test_run(cmd, out);
+}
+
+/* One /stats report of the last answer. */
+typedef struct turn_stats {
+    int prompt, restored, read, gen, ctx;
+    char finish[16];
+} turn_stats;
+
+/* Parse the k-th (0-based) "strata: prompt" line of out; 0 if absent. */
+static int stats_at(const char *out, int k, turn_stats *t)
+{
+    const char *p = out;
+    for (int i = 0; p; i++) {
+        p = strstr(p, "strata: prompt ");
+        if (!p)
+            return 0;
+        if (i == k)
+            break;
+        p++;
+    }
+    memset(t, 0, sizeof *t);
+    if (sscanf(p, "strata: prompt %d tok: %d restored (%*f s), %d read", &t->prompt,
+               &t->restored, &t->read) != 3)
+        return 0;
+    const char *d = strstr(p, "decode "), *c = strstr(p, "context "), *f = strstr(p, "finish ");
+    return d && c && f && sscanf(d, "decode %d tok", &t->gen) == 1 &&
+           sscanf(c, "context %d/", &t->ctx) == 1 && sscanf(f, "finish %15[a-z]", t->finish) == 1;
+}
+
+/* Tokens turn t left in the conversation cache: its prompt and every answer
+ * token that was fed (after a length finish the last one was sampled, not
+ * fed; after a stop all were). */
+static int parked(const turn_stats *t)
+{
+    return t->prompt + t->gen - !strcmp(t->finish, "length");
+}
+
+#define TINY_ARGS "-n 16 --temp 0 --backend cpu -t 1"
+
+START_TEST(followup_restores_previous_turn)
+{
+    NEED_CLI();
+    char *out = NULL;
+    int rc = runf(&out, "printf 'hello there\\n/stats\\nand again\\n/stats\\nmore please\\n/stats\\n"
+                        "/reset\\nhello there\\n/stats\\n/system You are terse.\\nhello there\\n"
+                        "/stats\\n' | '%s' chat -m '%s' " TINY_ARGS " 2>&1 | tr -d '\\000'",
+                  cli, tiny_model());
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    turn_stats t[5];
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(stats_at(out, k, &t[k]), "no /stats %d:\n%s", k + 1, out);
+    /* turn 1: nothing to restore; its answer is part of the conversation */
+    ck_assert_int_eq(t[0].restored, 0);
+    ck_assert_int_eq(t[0].read, t[0].prompt);
+    ck_assert_msg(t[0].gen > 0, "turn 1 answered nothing: nothing of an answer is tested");
+    ck_assert_int_eq(t[0].ctx, t[0].prompt + t[0].gen);
+    /* turns 2 and 3: the previous turn, exactly, came from the cache; only
+     * the end-of-turn marker and the new user turn were read */
+    for (int k = 1; k < 3; k++) {
+        ck_assert_msg(t[k].restored == parked(&t[k - 1]),
+                      "turn %d restored %d tokens, turn %d parked %d:\n%s", k + 1, t[k].restored,
+                      k, parked(&t[k - 1]), out);
+        /* the prompt is the conversation so far plus a few new tokens */
+        ck_assert_int_gt(t[k].prompt, t[k - 1].ctx);
+    }
+    /* /reset: the same first question is read again in full, nothing restored */
+    ck_assert_int_eq(t[3].restored, 0);
+    ck_assert_int_eq(t[3].prompt, t[0].prompt);
+    ck_assert_int_eq(t[3].gen, t[0].gen);
+    /* /system: a new conversation with another system turn */
+    ck_assert_int_eq(t[4].restored, 0);
+    ck_assert_int_ne(t[4].prompt, t[0].prompt);
+    ck_assert_msg(strstr(out, "K/V reused") != NULL, "no cache line in /stats:\n%s", out);
+    free(out);
+}
+END_TEST
+
+START_TEST(cache_off_same_answers)
+{
+    NEED_CLI();
+    const char *in = "printf 'hello there\\nand again\\nmore please\\n'";
+    char *on = NULL, *off = NULL, *st = NULL;
+    /* od: the noise the random model says may hold NUL bytes */
+    ck_assert_int_eq(runf(&on, "%s | '%s' chat -m '%s' " TINY_ARGS " 2>/dev/null | od -c", in, cli,
+                          tiny_model()), 0);
+    ck_assert_int_eq(runf(&off, "%s | '%s' chat -m '%s' " TINY_ARGS
+                                " --conversation-cache-mib 0 2>/dev/null | od -c", in, cli,
+                                tiny_model()),
+                     0);
+    ck_assert_msg(strlen(on) > 60, "no answers: '%s'", on);
+    ck_assert_str_eq(on, off);
+    /* with the cache off the follow-up re-reads the whole conversation */
+    ck_assert_int_eq(runf(&st, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
+                               TINY_ARGS " --conversation-cache-mib 0 2>&1 | tr -d '\\000'",
+                          cli, tiny_model()),
+                     0);
+    turn_stats t;
+    ck_assert_msg(stats_at(st, 0, &t), "no /stats:\n%s", st);
+    ck_assert_int_eq(t.restored, 0);
+    ck_assert_int_eq(t.read, t.prompt);
+    ck_assert_msg(strstr(st, "conversation cache: off") != NULL, "%s", st);
+    free(on);
+    free(off);
+    free(st);
+}
+END_TEST
+
+/* SIGINT to a chat reading a pipe, while it answers: the answer stops, the
+ * program goes on (/stats, /quit, exit 0) and keeps the partial answer. */
+START_TEST(sigint_cancels_the_answer)
+{
+    NEED_CLI();
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)");
+    const char *dir = test_tmpdir();
+    char *out = NULL;
+    /* The fifo keeps stdin open between the lines; the signal goes as soon
+     * as the answer's first bytes are out. */
+    int rc = runf(&out,
+                  "cd '%s' && mkfifo in && { '%s' chat -m '%s' -n 2000 --temp 0 --backend cpu "
+                  "<in >out 2>err & pid=$!; exec 3>in; "
+                  "echo 'Write a very long story about a dragon and a knight.' >&3; i=0; "
+                  "while [ ! -s out ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; "
+                  "kill -INT $pid; i=0; "
+                  "while ! grep -q 'answer stopped' err && [ $i -lt 300 ]; do sleep 0.1; "
+                  "i=$((i+1)); done; printf '/stats\\n/quit\\n' >&3; exec 3>&-; wait $pid; "
+                  "echo \"exit=$?\"; cat out err; }",
+                  dir, cli, model);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "exit=0\n") != NULL, "chat did not exit cleanly:\n%s", out);
+    ck_assert_msg(strstr(out, "(answer stopped)") != NULL, "not stopped:\n%s", out);
+    turn_stats t;
+    ck_assert_msg(stats_at(out, 0, &t), "no /stats after Ctrl-C:\n%s", out);
+    ck_assert_str_eq(t.finish, "cancelled");
+    ck_assert_msg(strstr(out, "[interrupted]") != NULL, "%s", out);
+    /* well short of 2000 tokens, and all of it kept in the conversation */
+    ck_assert_int_gt(t.gen, 0);
+    ck_assert_int_lt(t.gen, 1000);
+    ck_assert_int_eq(t.ctx, t.prompt + t.gen);
+    free(out);
+}
+END_TEST
+
+static Suite *chat_cli_suite(void)
+{
+    Suite *s = suite_create("chat_cli");
+    TCase *tc = tcase_create("chat_cli");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, followup_restores_previous_turn);
+    tcase_add_test(tc, cache_off_same_answers);
+    tcase_add_test(tc, sigint_cancels_the_answer);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_SUITE(chat_cli_suite)
