@@ -171,7 +171,7 @@ START_TEST(sigint_cancels_the_answer)
                   "i=$((i+1)); done; printf '/stats\\n/quit\\n' >&3; exec 3>&-; wait $pid; "
                   "echo \"exit=$?\"; cat out err; }",
                   dir, cli, model);
-    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(rc == 0, "chat under SIGINT: rc %d:\n%s", rc, out ? out : "");
     ck_assert_msg(strstr(out, "exit=0\n") != NULL, "chat did not exit cleanly:\n%s", out);
     ck_assert_msg(strstr(out, "(answer stopped)") != NULL, "not stopped:\n%s", out);
     turn_stats t;
