@@ -13,9 +13,10 @@
 #include "model/tokenizer.h"
 
 /* The solo answer: up to max greedy tokens of prompt on a sequence of its
- * own, ending early at a stop token.  Returns the count. */
-static inline int sched_test_solo(strata_engine *e, const int32_t *prompt, int n, int max,
-                                  int32_t *out)
+ * own, ending early at a stop token unless ignore_stop.  Returns the
+ * count. */
+static inline int sched_test_solo_ex(strata_engine *e, const int32_t *prompt, int n, int max,
+                                     int ignore_stop, int32_t *out)
 {
     strata_error err = {0};
     int V = strata_n_vocab(e);
@@ -26,7 +27,7 @@ static inline int sched_test_solo(strata_engine *e, const int32_t *prompt, int n
     int k = 0;
     while (k < max) {
         int32_t t = cpu_argmax(lg, V);
-        if (tokenizer_is_stop(strata_tokenizer(e), t))
+        if (!ignore_stop && tokenizer_is_stop(strata_tokenizer(e), t))
             break;
         out[k++] = t;
         if (k < max)
@@ -35,6 +36,12 @@ static inline int sched_test_solo(strata_engine *e, const int32_t *prompt, int n
     strata_seq_free(s);
     free(lg);
     return k;
+}
+
+static inline int sched_test_solo(strata_engine *e, const int32_t *prompt, int n, int max,
+                                  int32_t *out)
+{
+    return sched_test_solo_ex(e, prompt, n, max, 0, out);
 }
 
 static inline sched_request sched_test_greedy(const int32_t *prompt, int n, int max)
