@@ -210,7 +210,10 @@ static void fail_for_pages(strata_sched *s, sched_slot *sl, int n)
                "tokens, %d of the pool's %d pages are free (stage %d)%s",
                (unsigned long long)sl->h->id, g.need, g.need == 1 ? "" : "s", KV_PAGE, n, g.free,
                g.total, g.stage,
-               s->park ? "; the pool cannot hold it beside the older requests: raise --kv-resident"
+               /* With the cache, a request fails only when no other holds
+                * pages: parking could not help. */
+               s->park ? "; no other request holds pages, the pool cannot hold this conversation "
+                         "alone: raise --kv-resident"
                        : "; raise --kv-resident, or turn on the conversation cache "
                          "(--conversation-cache-mib) to park requests instead");
     s->counts.kv_failures++;

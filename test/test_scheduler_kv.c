@@ -395,6 +395,24 @@ START_TEST(exhausted_pool_parks_and_resumes)
     }
     free(ref);
     free(o);
+
+    /* A conversation larger than the whole pool cannot be helped by
+     * parking: it fails, with the cache on too, and says so. */
+    int32_t big[600];
+    rand_tokens(big, 600, 9);
+    strata_engine *e = kv_engine(2, 1024, 2, NULL);
+    strata_sched *s = kv_sched_hook(e, 1, 16, 64, NULL, NULL);
+    sched_request r = sched_test_greedy(big, 600, 4);
+    sched_handle *h;
+    strata_error err = {0};
+    ck_assert_int_eq(sched_submit(s, &r, &h, &err), 0);
+    sched_result res;
+    ck_assert_int_eq(sched_wait(h, &res), STRATA_E_LIMIT);
+    ck_assert_msg(strstr(res.err.msg, "needs 3 more pages") && strstr(res.err.msg, "alone"), "%s",
+                  res.err.msg);
+    sched_handle_free(h);
+    sched_free(s);
+    strata_close(e);
 }
 END_TEST
 
