@@ -8,10 +8,14 @@
  * flag is an atomic so that the thread can poll it every step for free.
  *
  * The conversation cache (park) belongs to the orchestration thread too:
- * it captures a slot's conversation when its request ends and restores one
+ * it captures a conversation when it leaves its slot and restores one
  * before a slot reads its first prompt chunk, so no copy ever runs beside
- * a step that reads or writes the same pages.  Its counters are published
- * under the scheduler's mutex for sched_get_cache_stats. */
+ * a step that reads or writes the same pages.  The counters are published
+ * under the scheduler's mutex for sched_get_cache_stats.
+ *
+ * Which slot a request takes (resident reuse) and how KV pages are found
+ * when the pool runs short (eviction, parking) are in sched_slots.c; the
+ * structures both files use are in sched_internal.h. */
 #include "scheduler.h"
 
 #include <pthread.h>
