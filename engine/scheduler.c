@@ -8,10 +8,14 @@
  * flag is an atomic so that the thread can poll it every step for free.
  *
  * The conversation cache (park) belongs to the orchestration thread too:
- * it captures a slot's conversation when its request ends and restores one
+ * it captures a conversation when it leaves its slot and restores one
  * before a slot reads its first prompt chunk, so no copy ever runs beside
- * a step that reads or writes the same pages.  Its counters are published
- * under the scheduler's mutex for sched_get_cache_stats. */
+ * a step that reads or writes the same pages.  The counters are published
+ * under the scheduler's mutex for sched_get_cache_stats.
+ *
+ * Which slot a request takes (resident reuse) and how KV pages are found
+ * when the pool runs short (eviction, parking) are in sched_slots.c; the
+ * structures both files use are in sched_internal.h. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -23,72 +27,7 @@
 #include "engine/strata.h"
 #include "generate.h"
 #include "model/tokenizer.h"
-
-struct sched_handle {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* a token was queued, or the request finished */
-    int refs;               /* the caller's and the scheduler's (under mu) */
-    atomic_int cancel;
-    uint64_t id;
-    double t_submit;        /* strata_now() at submission */
-
-    /* The request, copied at submission; read by the orchestration thread. */
-    int32_t *prompt;
-    int n_prompt;
-    sampler_params sp;
-    int max_tokens;
-    int ignore_stop;
-    sched_token_fn on_token;
-    void *user;
-
-    /* Under mu: queued tokens (no callback) and the result. */
-    int32_t *q;
-    size_t q_len, q_cap, q_read;
-    sched_result res;       /* res.finish != 0 once finished */
-
-    sched_handle *next;     /* FIFO link, under the scheduler's mu */
-};
-
-/* A batch slot: one conversation's sequence, reused request after request. */
-typedef struct sched_slot {
-    strata_seq *seq;        /* created once; reset when a request leaves */
-    sampler smp;            /* seeded from the request on admission */
-    tokdec *dec;            /* text for the callback, complete UTF-8 only */
-    sched_handle *h;        /* NULL: the slot is free */
-    uint64_t admitted;      /* admission order: prompts are read FIFO */
-    int fed;                /* prompt tokens read so far */
-    int decoding;           /* prompt read; `next` waits to be fed */
-    int restore_tried;      /* the conversation cache was asked (once) */
-    int32_t next;           /* the last emitted token, fed at the next step */
-} sched_slot;
-
-struct strata_sched {
-    strata_engine *e;
-    sched_params p;
-    int chunk;              /* prompt tokens per step */
-    int n_slots, V, n_ctx;
-    chat_template fmt;
-    int fmt_rc;             /* chat format unknown: why, for submit */
-    strata_error fmt_err;
-
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work arrived, or stop */
-    sched_handle *head, *tail;
-    int n_queued;
-    int stopping;
-    uint64_t next_id;
-
-    /* The orchestration thread's own. */
-    sched_slot *slots;
-    float *logits;          /* n_slots x V: one row per decoding slot */
-    strata_seq **b_seq;     /* n_slots: the decode batch */
-    int32_t *b_tok;
-    int *b_slot;
-    uint64_t step, admissions;
-    strata_park *park;      /* the conversation cache, or NULL */
-    sched_cache_stats cstats; /* under mu */
-};
+#include "sched_internal.h"
 
 sched_params sched_params_default(void)
 {
@@ -126,6 +65,9 @@ static void handle_destroy(sched_handle *h)
 {
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
+    sampler_free(&h->smp);
+    tokdec_free(h->dec);
+    free(h->resume);
     free(h->prompt);
     free(h->q);
     free(h);
@@ -297,6 +239,9 @@ int sched_submit(strata_sched *s, const sched_request *req, sched_handle **out,
     if (!rc && h->n_prompt > s->n_ctx)
         rc = strata_err(err, STRATA_E_LIMIT, "prompt of %d tokens does not fit the context of %d "
                         "(raise -c)", h->n_prompt, s->n_ctx);
+    /* Text for the callback, kept across a park: one decoder per request. */
+    if (!rc && req->on_token)
+        rc = tokdec_new(strata_tokenizer(s->e), 0, &h->dec, err);
     if (rc) {
         free(h->prompt);
         free(h);
@@ -311,6 +256,7 @@ int sched_submit(strata_sched *s, const sched_request *req, sched_handle **out,
     h->refs = 2;
     atomic_init(&h->cancel, 0);
     h->sp = req->sampling;
+    sampler_init(&h->smp, &h->sp);
     h->max_tokens = req->max_tokens;
     h->ignore_stop = req->ignore_stop;
     h->on_token = req->on_token;
@@ -342,60 +288,67 @@ int sched_submit(strata_sched *s, const sched_request *req, sched_handle **out,
 
 /* ---- the orchestration thread -------------------------------------------- */
 
-static void slot_release(sched_slot *sl)
+void sched_stats_publish(strata_sched *s)
 {
-    strata_seq_reset(sl->seq);
-    sampler_free(&sl->smp);
-    sl->h = NULL;
-    sl->decoding = 0;
-    sl->fed = 0;
-    sl->restore_tried = 0;
-}
-
-/* Publish the cache's counters for sched_get_cache_stats. */
-static void cache_publish(strata_sched *s, int captured, int failed, int restored)
-{
+    if (s->park) {
+        park_get_stats(s->park, &s->counts.park);
+        convcache_get_stats(park_cache(s->park), &s->counts.cache);
+    }
     pthread_mutex_lock(&s->mu);
-    sched_cache_stats *c = &s->cstats;
-    c->captures += captured;
-    c->capture_failures += failed;
-    c->restores += restored > 0;
-    c->restored_tokens += (uint64_t)(restored > 0 ? restored : 0);
-    park_get_stats(s->park, &c->park);
-    convcache_get_stats(park_cache(s->park), &c->cache);
+    s->cstats = s->counts;
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Park the slot's conversation (its prompt and every token fed after it)
- * so that the next turn can start from it.  A capture that fails (an image
- * larger than the whole budget, out of memory) leaves the cache as it was:
- * the next turn re-reads its history, which is slower but not wrong, so
- * the failure is counted, not reported. */
-static void slot_park(strata_sched *s, sched_slot *sl)
+void sched_queue_push_front(strata_sched *s, sched_handle *h)
 {
-    if (strata_seq_len(sl->seq) <= 0)
-        return;
-    strata_error err = {0};
-    int rc = park_capture(s->park, sl->seq, 0, NULL, &err);
-    cache_publish(s, rc == 0, rc != 0, 0);
+    pthread_mutex_lock(&s->mu);
+    h->next = s->head;
+    s->head = h;
+    if (!s->tail)
+        s->tail = h;
+    s->n_queued++;
+    pthread_mutex_unlock(&s->mu);
 }
 
-static void slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata_error *err)
+/* The slot's request left it; `keep`: its conversation stays resident. */
+static void slot_vacate(strata_sched *s, sched_slot *sl, int keep)
+{
+    if (keep)
+        sl->last_used = ++s->clock;
+    else
+        strata_seq_reset(sl->seq);
+    sl->h = NULL;
+    sl->decoding = 0;
+    sl->fed = 0;
+    sl->reused = 0;
+    sl->started = 0;
+}
+
+void sched_slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata_error *err)
 {
     sched_handle *h = sl->h;
-    if (h->on_token && finish != SCHED_FINISH_ERROR) {
+    if (h->dec && finish != SCHED_FINISH_ERROR) {
         /* Bytes of an unfinished character: the callback's last word. */
         size_t len = 0;
-        const char *tail = tokdec_flush(sl->dec, &len);
+        const char *tail = tokdec_flush(h->dec, &len);
         if (tail && len && finish != SCHED_FINISH_CANCELLED)
             h->on_token(-1, tail, len, h->user);
     }
-    /* The caller hears first; the capture runs before any other request
-     * is admitted (same thread), so the next turn finds the image. */
+    /* The caller hears first; what happens to the conversation runs before
+     * any other request is admitted (same thread), so the next turn finds
+     * it resident, or parked. */
     handle_finish(h, finish, err);
-    if (s->park && (finish == SCHED_FINISH_STOP || finish == SCHED_FINISH_LENGTH))
-        slot_park(s, sl);
-    slot_release(sl);
+    int ended = finish == SCHED_FINISH_STOP || finish == SCHED_FINISH_LENGTH;
+    /* A running request ended: its pages (or its slot) can be had again, so
+     * a request parked for pages may be admitted. */
+    s->kv_wait = 0;
+    if (ended && !s->p.no_resident_reuse && strata_seq_len(sl->seq) > 0) {
+        slot_vacate(s, sl, 1);
+        return;
+    }
+    if (ended)
+        sched_slot_capture(s, sl);
+    slot_vacate(s, sl, 0);
 }
 
 /* Remove cancelled requests from the queue (under s->mu). */
@@ -426,10 +379,49 @@ static int n_active(const strata_sched *s)
     return n;
 }
 
-/* Wait for work, then fill free slots from the queue, FIFO.  Returns 0 to
- * go on, 1 to stop. */
-static int admit(strata_sched *s)
+/* How many queued requests may take a slot now (under s->mu): one per slot
+ * not running a request, none while a parked request waits for a running
+ * one to end (admitting it earlier would only park it again). */
+static int admittable(strata_sched *s)
 {
+    int running = n_active(s);
+    if (s->kv_wait && running)
+        return 0;
+    s->kv_wait = 0;
+    return s->n_slots - running;
+}
+
+/* A slot takes the request: the slot whose resident conversation it
+ * extends, a free one, or the least recently used idle one. */
+static void slot_admit(strata_sched *s, sched_handle *h, sched_step *st)
+{
+    sched_slot *sl = sched_slot_choose(s, h, st);
+    sl->h = h;
+    sl->admitted = s->admissions++;
+    sl->decoding = 0;
+    sl->started = 0;
+    h->res.slot = (int)(sl - s->slots);
+    if (h->parks) {
+        s->counts.unparks++;
+    } else {
+        h->res.t_admit = strata_now() - h->t_submit;
+        h->res.n_resident = sl->reused;
+    }
+    if (sl->reused) {
+        s->counts.resident_hits++;
+        s->counts.resident_tokens += (uint64_t)sl->reused;
+    }
+    sched_stats_publish(s);
+}
+
+/* Wait for work, then give slots to queued requests, FIFO.  The requests
+ * leave the queue under the lock; choosing their slots (which may capture
+ * an evicted conversation) runs after it, so submitters never wait for a
+ * copy.  Returns 0 to go on, 1 to stop. */
+static int admit(strata_sched *s, sched_step *st)
+{
+    sched_handle *taken[s->n_slots];
+    int n = 0;
     pthread_mutex_lock(&s->mu);
     queue_drop_cancelled(s);
     while (!s->stopping && !s->head && !n_active(s))
@@ -438,47 +430,38 @@ static int admit(strata_sched *s)
         pthread_mutex_unlock(&s->mu);
         return 1;
     }
-    for (int i = 0; i < s->n_slots && s->head; i++) {
-        sched_slot *sl = &s->slots[i];
-        if (sl->h)
-            continue;
+    for (int room = admittable(s); n < room && s->head; n++) {
         sched_handle *h = s->head;
         s->head = h->next;
         if (!s->head)
             s->tail = NULL;
         s->n_queued--;
         h->next = NULL;
-        sl->h = h;
-        sl->admitted = s->admissions++;
-        sl->fed = 0;
-        sl->decoding = 0;
-        sl->restore_tried = 0;
-        sampler_init(&sl->smp, &h->sp);
-        tokdec_reset(sl->dec);
-        h->res.slot = i;
-        h->res.t_admit = strata_now() - h->t_submit;
+        taken[n] = h;
     }
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+        slot_admit(s, taken[i], st);
     return 0;
 }
 
 /* A token was sampled for the slot's request: emit it or end the request;
- * on return the slot either still decodes (with sl->next to feed) or is
- * free. */
+ * on return the slot either still decodes (with sl->next to feed) or no
+ * longer runs the request. */
 static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
 {
     sched_handle *h = sl->h;
-    int32_t tok = sampler_sample(&sl->smp, logits, s->V, strata_seq_tokens(sl->seq),
+    int32_t tok = sampler_sample(&h->smp, logits, s->V, strata_seq_tokens(sl->seq),
                                  strata_seq_len(sl->seq));
     if (tok < 0) {
         strata_error err;
         strata_err(&err, STRATA_E_NOMEM, "sampler: out of memory");
-        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
+        sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return;
     }
     if (!h->ignore_stop && tokenizer_is_stop(strata_tokenizer(s->e), tok)) {
         h->res.stop_token = tok;
-        slot_finish(s, sl, SCHED_FINISH_STOP, NULL);
+        sched_slot_finish(s, sl, SCHED_FINISH_STOP, NULL);
         return;
     }
     if (h->res.n_gen == 0)
@@ -486,52 +469,87 @@ static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
     h->res.n_gen++;
     if (h->on_token) {
         size_t len = 0;
-        const char *text = tokdec_push(sl->dec, tok, &len, NULL);
+        const char *text = tokdec_push(h->dec, tok, &len, NULL);
         if (!text) {
             text = "";
             len = 0;
         }
         if (h->on_token(tok, text, len, h->user)) {
-            slot_finish(s, sl, SCHED_FINISH_CANCELLED, NULL);
+            sched_slot_finish(s, sl, SCHED_FINISH_CANCELLED, NULL);
             return;
         }
     } else if (handle_push(h, tok)) {
         strata_error err;
         strata_err(&err, STRATA_E_NOMEM, "out of memory for the token queue");
-        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
+        sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return;
     }
     if ((h->max_tokens > 0 && h->res.n_gen >= h->max_tokens) ||
         strata_seq_len(sl->seq) + 1 > s->n_ctx) {
-        slot_finish(s, sl, SCHED_FINISH_LENGTH, NULL);
+        sched_slot_finish(s, sl, SCHED_FINISH_LENGTH, NULL);
         return;
     }
     sl->decoding = 1;
     sl->next = tok;
 }
 
-/* Before a slot reads its prompt: start it from the longest parked
- * conversation its prompt extends, so only the rest is read.  Returns the
- * tokens restored.  A failed restore (no KV pages free for it) is not the
- * request's failure: the sequence was reset, and reading the whole prompt
- * gives the same tokens, only later. */
-static int slot_restore(strata_sched *s, sched_slot *sl)
+/* Start the slot from the longest parked conversation its target extends,
+ * so only the rest is read.  A failed restore (no KV pages free for it) is
+ * not the request's failure: the sequence was emptied, and reading the
+ * whole target gives the same tokens, only later. */
+static void slot_restore(strata_sched *s, sched_slot *sl, sched_step *st)
 {
     sched_handle *h = sl->h;
+    int n;
+    const int32_t *t = sched_target(h, &n);
     double t0 = strata_now();
     int restored = 0;
     strata_error err = {0};
-    if (park_restore(s->park, sl->seq, h->prompt, h->n_prompt, &restored, &err))
+    if (park_restore(s->park, sl->seq, t, n, &restored, &err))
         restored = 0;
     sl->fed = restored;
-    h->res.n_restored = restored;
-    h->res.t_restore = strata_now() - t0;
-    cache_publish(s, 0, 0, restored);
-    return restored;
+    if (!h->parks) {
+        h->res.n_restored = restored;
+        h->res.t_restore = strata_now() - t0;
+    }
+    if (restored > 0) {
+        s->counts.restores++;
+        s->counts.restored_tokens += (uint64_t)restored;
+    }
+    sched_stats_publish(s);
+    st->restored_tokens = restored;
 }
 
-/* Read one chunk of the prompt of the earliest admitted slot still reading
- * one.  Returns the slot index or -1 when no slot is reading a prompt. */
+/* Before a slot reads its first chunk: make room for all it will read
+ * (failing early rather than after half a prompt), then, with the cache and
+ * nothing kept in place, restore.  Returns 0 when the slot still runs its
+ * request. */
+static int slot_start(strata_sched *s, sched_slot *sl, sched_step *st)
+{
+    sl->started = 1;
+    st->resident_tokens = sl->reused;
+    if (sched_room_for_slot(s, sl, sched_target_end(sl->h), st) != SCHED_ROOM_OK)
+        return 1;
+    if (s->park && !sl->reused)
+        slot_restore(s, sl, st);
+    return 0;
+}
+
+/* The slot's target is read: a fresh request samples its first token from
+ * the last chunk's logits; a resumed one already has it, to be fed. */
+static void slot_prompt_read(strata_sched *s, sched_slot *sl)
+{
+    sched_handle *h = sl->h;
+    if (!h->resume) {
+        slot_take_logits(s, sl, s->logits);
+        return;
+    }
+    sl->decoding = 1;
+    sl->next = h->resume[h->n_resume - 1];
+}
+
+/* Read one chunk of the target of the earliest admitted slot still reading
+ * one.  Returns the slot index or -1 when no slot is reading. */
 static int prefill_chunk(strata_sched *s, sched_step *st)
 {
     sched_slot *sl = NULL;
@@ -545,32 +563,41 @@ static int prefill_chunk(strata_sched *s, sched_step *st)
     }
     if (!sl)
         return -1;
+    if (!sl->started && slot_start(s, sl, st))
+        return idx;
     sched_handle *h = sl->h;
-    if (s->park && !sl->restore_tried) {
-        sl->restore_tried = 1;
-        st->restored_tokens = slot_restore(s, sl);
-    }
-    int n = h->n_prompt - sl->fed;
+    int n_t;
+    const int32_t *t = sched_target(h, &n_t);
+    int end = sched_target_end(h);
+    int n = end - sl->fed;
     if (n > s->chunk)
         n = s->chunk;
-    int last = sl->fed + n == h->n_prompt;
+    if (n <= 0) {   /* a resumed request whose whole history came back */
+        slot_prompt_read(s, sl);
+        return idx;
+    }
+    if (sched_room_for_slot(s, sl, sl->fed + n, st) != SCHED_ROOM_OK)
+        return idx;
+    int last = sl->fed + n == end;
     strata_error err = {0};
     st->prefill_id = h->id;
     st->prefill_tokens = n;
-    int rc = strata_seq_feed(sl->seq, h->prompt + sl->fed, n, last ? s->logits : NULL, NULL, &err);
+    int rc = strata_seq_feed(sl->seq, t + sl->fed, n, last && !h->resume ? s->logits : NULL, NULL,
+                             &err);
     if (rc) {
-        slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
+        sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         return idx;
     }
     sl->fed += n;
     if (last)
-        slot_take_logits(s, sl, s->logits);
+        slot_prompt_read(s, sl);
     return idx;
 }
 
 /* One decode step for every decoding slot: one token each. */
 static void decode_step(strata_sched *s, sched_step *st)
 {
+    sched_room_for_decode(s, st);
     int n = 0;
     for (int i = 0; i < s->n_slots; i++) {
         sched_slot *sl = &s->slots[i];
@@ -589,7 +616,7 @@ static void decode_step(strata_sched *s, sched_step *st)
     for (int r = 0; r < n; r++) {
         sched_slot *sl = &s->slots[s->b_slot[r]];
         if (rc)
-            slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
+            sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         else
             slot_take_logits(s, sl, s->logits + (size_t)r * s->V);
     }
@@ -602,13 +629,13 @@ static void *sched_main(void *arg)
         /* A cancelled request leaves its slot before the step. */
         for (int i = 0; i < s->n_slots; i++)
             if (s->slots[i].h && atomic_load(&s->slots[i].h->cancel))
-                slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
-        if (admit(s))
-            break;
+                sched_slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
         sched_step st = {.step = s->step};
+        if (admit(s, &st))
+            break;
         prefill_chunk(s, &st);
         decode_step(s, &st);
-        if (s->p.on_step && (st.prefill_id || st.n_decode)) {
+        if (s->p.on_step && (st.prefill_id || st.n_decode || st.n_parked || st.n_evicted)) {
             st.n_active = n_active(s);
             pthread_mutex_lock(&s->mu);
             st.n_queued = s->n_queued;
@@ -620,7 +647,7 @@ static void *sched_main(void *arg)
     /* Shutting down: whatever is left ends as cancelled. */
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].h)
-            slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+            sched_slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
     pthread_mutex_lock(&s->mu);
     while (s->head) {
         sched_handle *h = s->head;
@@ -646,7 +673,6 @@ static void sched_destroy(strata_sched *s)
     if (s->slots)
         for (int i = 0; i < s->n_slots; i++) {
             strata_seq_free(s->slots[i].seq);
-            tokdec_free(s->slots[i].dec);
         }
     park_free(s->park);
     free(s->slots);
@@ -673,6 +699,7 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     s->park = park_new(s->e, s->p.cache_mib, slots, err);
     if (!s->park)
         return err->code;
+    s->counts.on = 1;
     s->cstats.on = 1;
     return 0;
 }
@@ -718,8 +745,6 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
     for (int i = 0; i < s->n_slots; i++) {
         s->slots[i].seq = strata_seq_new(e, err);
         if (!s->slots[i].seq)
-            goto fail;
-        if (tokdec_new(strata_tokenizer(e), 0, &s->slots[i].dec, err))
             goto fail;
     }
     if (sched_open_cache(s, err))

@@ -5,30 +5,49 @@
  * thread: any number of threads submit requests, and the orchestration
  * thread runs them through the engine's n_slots batch slots:
  *
- *   - requests wait in a FIFO queue; a free slot admits the next one;
+ *   - requests wait in a FIFO queue; a slot not running a request admits
+ *     the next one;
  *   - an admitted prompt is read in chunks of at most `chunk` tokens, one
  *     chunk per scheduling step, and between two chunks every decoding slot
  *     takes its step (strata_decode_batch, one token each), so a long prompt
  *     slows the others down instead of stopping them;
- *   - a finished or cancelled request frees its slot at the next step.
+ *   - a finished or cancelled request leaves its slot at the next step.
  *
- * Each slot keeps one strata_seq for the scheduler's life (reset on reuse:
- * the engine sized its KV pool for n_slots x n_ctx) and a sampler seeded
- * from its request.  Because the engine computes each row alike alone and in
- * a batch, and alike in any prefill chunking, a greedy request produces
- * exactly the tokens it would produce alone.
+ * Each slot keeps one strata_seq for the scheduler's life, and each request
+ * a sampler seeded from it.  Because the engine computes each row alike
+ * alone and in a batch, and alike in any prefill chunking, a greedy request
+ * produces exactly the tokens it would produce alone.
+ *
+ * Resident reuse: a request that ends by stop or length leaves its
+ * conversation (tokens and K/V) in its slot, now idle-resident.  A later
+ * request whose tokens extend it takes that slot and reads only the new
+ * tokens (sched_result.n_resident); a request that extends none takes a free
+ * slot, else the least recently used idle-resident one, whose conversation
+ * is then dropped (captured to the conversation cache first, when on).
+ * sched_params.no_resident_reuse turns it off (every finished slot is
+ * reset, as before).
+ *
+ * KV room: the engine's per-stage KV pool may be smaller than n_slots x
+ * n_ctx (strata_params.kv_resident).  Before any sequence grows, the
+ * scheduler makes sure its pages are free: idle-resident conversations are
+ * dropped first (LRU); then, with the conversation cache, the most recently
+ * submitted running request is parked (captured, its slot reset, put back
+ * at the front of the queue with its sampler and counters) and resumes
+ * later from its image, producing the tokens it would have; without the
+ * cache the request that cannot grow finishes with an error naming the
+ * pages needed, free and in the pool.  No other conversation is touched.
  *
  * Tokens reach the caller one of two ways: through the request's on_token
  * callback (run on the orchestration thread, so it must be quick; a non-zero
  * return cancels the request), or, without a callback, through a queue in
  * the handle read with sched_next() from any thread.
  *
- * With a conversation cache (sched_params.cache_mib), a request that ends
- * by stop or length leaves its conversation parked in host memory
- * (engine/park.h), and a later request whose tokens extend a parked
- * conversation starts from that image instead of re-reading its history
- * (sched_result.n_restored).  Both copies run on the orchestration thread,
- * between steps; see doc/scheduler.md, "The conversation cache".
+ * With a conversation cache (sched_params.cache_mib), a conversation that
+ * leaves its slot (an idle-resident one evicted, or any finished one with
+ * no_resident_reuse) is parked in host memory (engine/park.h), and a later
+ * request whose tokens extend a parked conversation starts from that image
+ * instead of re-reading its history (sched_result.n_restored).  Both copies
+ * run on the orchestration thread, between steps; see doc/scheduler.md.
  *
  * Not implemented: --batch-groups (slots flowing through the stages of a
  * layer split as a pipeline of groups).  It needs asynchronous per-stage
@@ -57,6 +76,10 @@ typedef struct sched_step {
     int prefill_tokens;     /* tokens of that chunk */
     int restored_tokens;    /* before that chunk: tokens of its prompt
                              * restored from the conversation cache */
+    int resident_tokens;    /* before that chunk: tokens of its prompt kept
+                             * in place in an idle-resident slot */
+    int n_evicted;          /* idle-resident conversations dropped */
+    int n_parked;           /* running requests parked for KV pages */
     int n_decode;           /* slots that took a decode step */
     int n_active;           /* slots holding a request after the step */
     int n_queued;           /* requests waiting for a slot */
@@ -73,6 +96,9 @@ typedef struct sched_params {
      * cache_mib > 0 turns it on (cache_slots <= 0 then means 64); 0: off. */
     size_t cache_mib;
     int cache_slots;
+    /* 1: reset a slot when its request ends (no idle-resident slots): the
+     * baseline that resident reuse is compared with. */
+    int no_resident_reuse;
 } sched_params;
 
 sched_params sched_params_default(void);
@@ -150,7 +176,12 @@ typedef struct sched_result {
     int n_prompt, n_gen;    /* prompt tokens, tokens generated */
     int n_restored;         /* of the prompt: tokens restored from the
                              * conversation cache (not read); the model
-                             * read n_prompt - n_restored */
+                             * read n_prompt - n_restored - n_resident */
+    int n_resident;         /* of the prompt: tokens kept in place in an
+                             * idle-resident slot (not read, not copied) */
+    int n_parks;            /* times parked for KV pages (and resumed);
+                             * n_restored/n_resident describe the first
+                             * admission */
     int32_t stop_token;     /* sampled stop token (not fed), or -1 */
     int slot;               /* slot it ran in, or -1 if never admitted */
     /* Seconds from submission: */
@@ -162,20 +193,30 @@ typedef struct sched_result {
     strata_error err;       /* finish == SCHED_FINISH_ERROR */
 } sched_result;
 
-/* The conversation cache's counters (sched_params.cache_mib). */
+/* The conversation cache's counters (sched_params.cache_mib), and those of
+ * resident reuse and KV room, which need no cache. */
 typedef struct sched_cache_stats {
-    int on;                 /* 0: no cache; the rest is zero */
-    uint64_t captures;      /* finished requests parked (fresh, K/V reused or
-                             * already cached) */
+    int on;                 /* 0: no cache; the cache's counters are zero */
+    uint64_t captures;      /* conversations parked when they left their
+                             * slot (fresh, K/V reused or already cached) */
     uint64_t capture_failures; /* could not be parked (too big for the budget,
                              * out of memory): the next turn re-reads */
     uint64_t restores;      /* admissions that restored an image */
     uint64_t restored_tokens; /* prompt tokens not re-read thanks to them */
+    uint64_t parks;         /* running requests parked for KV pages */
+    uint64_t unparks;       /* parked requests admitted again */
+    uint64_t kv_failures;   /* requests failed for KV pages (no cache, or
+                             * too long for the pool alone) */
+    /* Resident reuse (no cache needed): */
+    uint64_t resident_hits; /* admissions that kept a resident conversation */
+    uint64_t resident_tokens; /* tokens those did not read */
+    uint64_t resident_evictions; /* idle-resident conversations dropped (for
+                             * a slot, or for KV pages) */
     park_stats park;        /* copies and bytes (engine/park.h) */
     convcache_stats cache;  /* images, bytes, evictions (cache/convcache.h) */
 } sched_cache_stats;
 
-/* A snapshot, as of the last capture or restore.  Thread-safe. */
+/* A snapshot, as of the last change.  Thread-safe. */
 void sched_get_cache_stats(strata_sched *s, sched_cache_stats *out);
 
 /* Wait for the request to finish; fill *r (may be NULL).  Returns 0, or the

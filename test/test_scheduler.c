@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "model/quant.h"
 #include "model/tokenizer.h"
+#include "test_scheduler.h"
 
 static strata_engine *open_engine(int slots)
 {
@@ -48,40 +49,6 @@ static int32_t *make_prompt(int n, uint64_t seed)
     return t;
 }
 
-/* The solo answer: up to max greedy tokens, ending early at a stop token.
- * Returns the count. */
-static int solo(strata_engine *e, const int32_t *prompt, int n, int max, int32_t *out)
-{
-    strata_error err = {0};
-    int V = strata_n_vocab(e);
-    float *lg = malloc(sizeof(float) * V);
-    strata_seq *s = strata_seq_new(e, &err);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_msg(strata_seq_feed(s, prompt, n, lg, NULL, &err) == 0, "%s", err.msg);
-    int k = 0;
-    while (k < max) {
-        int32_t t = cpu_argmax(lg, V);
-        if (tokenizer_is_stop(strata_tokenizer(e), t))
-            break;
-        out[k++] = t;
-        if (k < max)
-            ck_assert_msg(strata_seq_decode(s, t, lg, &err) == 0, "%s", err.msg);
-    }
-    strata_seq_free(s);
-    free(lg);
-    return k;
-}
-
-static sched_request greedy_request(const int32_t *prompt, int n, int max)
-{
-    sched_request r = sched_request_default();
-    r.sampling.temp = 0;
-    r.tokens = prompt;
-    r.n_tokens = n;
-    r.max_tokens = max;
-    return r;
-}
-
 /* Tokens a callback request produced (the orchestration thread writes,
  * the test reads after sched_wait). */
 typedef struct collect {
@@ -102,45 +69,6 @@ static int collect_token(int32_t tok, const char *text, size_t len, void *user)
     return c->stop_after > 0 && c->n >= c->stop_after;
 }
 
-/* Read a queue-mode handle to the end. */
-static int drain(sched_handle *h, int32_t *out, int cap)
-{
-    int n = 0;
-    int32_t t;
-    while (sched_next(h, &t, -1) == 1)
-        if (n < cap)
-            out[n++] = t;
-    return n;
-}
-
-/* A step trace, recorded by the on_step hook. */
-#define MAX_STEPS 1024
-typedef struct trace {
-    sched_step steps[MAX_STEPS];
-    int n;
-    int max_queued;
-    atomic_int recorded;  /* n, for another thread to read while it runs */
-} trace;
-
-static void record_step(const sched_step *st, void *user)
-{
-    trace *t = user;
-    if (t->n < MAX_STEPS)
-        t->steps[t->n++] = *st;
-    if (st->n_queued > t->max_queued)
-        t->max_queued = st->n_queued;
-    atomic_store(&t->recorded, t->n);
-}
-
-static void expect_tokens(const char *what, int q, const int32_t *got, int n_got,
-                          const int32_t *want, int n_want)
-{
-    ck_assert_msg(n_got == n_want, "%s %d: %d tokens, solo %d", what, q, n_got, n_want);
-    for (int i = 0; i < n_want; i++)
-        ck_assert_msg(got[i] == want[i], "%s %d token %d: %d, solo %d", what, q, i, got[i],
-                      want[i]);
-}
-
 /* 8 conversations of different lengths through 4 slots: half read through
  * the queue, half through a callback; the prompts are read in chunks of 8.
  * The last four wait for a slot. */
@@ -155,7 +83,7 @@ START_TEST(eight_conversations_equal_solo)
     int n_want[N];
     for (int q = 0; q < N; q++) {
         prompts[q] = make_prompt(lens[q], (uint64_t)q + 1);
-        n_want[q] = solo(e, prompts[q], lens[q], GEN, want[q]);
+        n_want[q] = sched_test_solo(e, prompts[q], lens[q], GEN, want[q]);
     }
     /* The comparison has teeth only if the answers are not all empty. */
     int total = 0;
@@ -175,7 +103,7 @@ START_TEST(eight_conversations_equal_solo)
     collect col[N];
     memset(col, 0, sizeof col);
     for (int q = 0; q < N; q++) {
-        sched_request r = greedy_request(prompts[q], lens[q], GEN);
+        sched_request r = sched_test_greedy(prompts[q], lens[q], GEN);
         if (q % 2) {
             r.on_token = collect_token;
             r.user = &col[q];
@@ -184,14 +112,14 @@ START_TEST(eight_conversations_equal_solo)
     }
     for (int q = 0; q < N; q++) {
         int32_t got[64];
-        int n = q % 2 ? 0 : drain(h[q], got, 64);
+        int n = q % 2 ? 0 : sched_test_drain(h[q], got, 64);
         sched_result res;
         ck_assert_int_eq(sched_wait(h[q], &res), 0);
         if (q % 2) {
             n = col[q].n;
             memcpy(got, col[q].toks, sizeof(int32_t) * (size_t)n);
         }
-        expect_tokens("conversation", q, got, n, want[q], n_want[q]);
+        sched_test_expect("conversation", q, got, n, want[q], n_want[q]);
         ck_assert_int_eq(res.n_gen, n_want[q]);
         ck_assert_int_eq(res.n_prompt, lens[q]);
         ck_assert_int_eq(res.finish, n_want[q] == GEN ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP);
@@ -228,7 +156,7 @@ START_TEST(long_prompt_does_not_stop_the_others)
     int n_want[N];
     for (int q = 0; q < N; q++) {
         prompts[q] = make_prompt(lens[q], (uint64_t)q + 100);
-        n_want[q] = solo(e, prompts[q], lens[q], q == 3 ? LONG_GEN : GEN, want[q]);
+        n_want[q] = sched_test_solo(e, prompts[q], lens[q], q == 3 ? LONG_GEN : GEN, want[q]);
     }
     trace *tr = calloc(1, sizeof *tr);
     sched_params sp = sched_params_default();
@@ -240,15 +168,15 @@ START_TEST(long_prompt_does_not_stop_the_others)
     ck_assert_msg(s != NULL, "%s", err.msg);
     sched_handle *h[N];
     for (int q = 0; q < N; q++) {
-        sched_request r = greedy_request(prompts[q], lens[q], q == 3 ? LONG_GEN : GEN);
+        sched_request r = sched_test_greedy(prompts[q], lens[q], q == 3 ? LONG_GEN : GEN);
         ck_assert_msg(sched_submit(s, &r, &h[q], &err) == 0, "%s", err.msg);
     }
     sched_result res[N];
     for (int q = 0; q < N; q++) {
         int32_t got[64];
-        int n = drain(h[q], got, 64);
+        int n = sched_test_drain(h[q], got, 64);
         ck_assert_int_eq(sched_wait(h[q], &res[q]), 0);
-        expect_tokens("request", q, got, n, want[q], n_want[q]);
+        sched_test_expect("request", q, got, n, want[q], n_want[q]);
     }
     sched_free(s);
     /* The long prompt's chunks, and what decoded beside each. */
@@ -293,7 +221,7 @@ START_TEST(cancel_frees_the_slot)
     strata_engine *e = open_engine(1);
     int32_t *pa = make_prompt(5, 1), *pb = make_prompt(6, 2), *pc = make_prompt(4, 3);
     int32_t want_b[3];
-    int n_want_b = solo(e, pb, 6, 3, want_b);
+    int n_want_b = sched_test_solo(e, pb, 6, 3, want_b);
     trace *tr = calloc(1, sizeof *tr);
     sched_params sp = sched_params_default();
     sp.on_step = record_step;
@@ -302,12 +230,12 @@ START_TEST(cancel_frees_the_slot)
     strata_sched *s = sched_new(e, &sp, &err);
     ck_assert_msg(s != NULL, "%s", err.msg);
 
-    sched_request ra = greedy_request(pa, 5, 200);
+    sched_request ra = sched_test_greedy(pa, 5, 200);
     sched_handle *ha, *hq, *hb, *hc;
     ck_assert_int_eq(sched_submit(s, &ra, &ha, &err), 0);
-    sched_request rq = greedy_request(pc, 4, 3);
+    sched_request rq = sched_test_greedy(pc, 4, 3);
     ck_assert_int_eq(sched_submit(s, &rq, &hq, &err), 0);
-    sched_request rb = greedy_request(pb, 6, 3);
+    sched_request rb = sched_test_greedy(pb, 6, 3);
     ck_assert_int_eq(sched_submit(s, &rb, &hb, &err), 0);
     sched_cancel(hq); /* still queued behind a */
 
@@ -333,14 +261,14 @@ START_TEST(cancel_frees_the_slot)
     ck_assert_int_eq(sched_next(hq, &t, 0), 0);
 
     int32_t got[8];
-    int n = drain(hb, got, 8);
+    int n = sched_test_drain(hb, got, 8);
     ck_assert_int_eq(sched_wait(hb, &r), 0);
-    expect_tokens("after cancel", 0, got, n, want_b, n_want_b);
+    sched_test_expect("after cancel", 0, got, n, want_b, n_want_b);
     ck_assert_int_eq(r.slot, 0);
 
     /* Cancel from the callback after two tokens. */
     collect col = {.stop_after = 2};
-    sched_request rc_ = greedy_request(pc, 4, 50);
+    sched_request rc_ = sched_test_greedy(pc, 4, 50);
     rc_.on_token = collect_token;
     rc_.user = &col;
     ck_assert_int_eq(sched_submit(s, &rc_, &hc, &err), 0);
@@ -392,12 +320,12 @@ static void *submit_thread(void *arg)
 {
     submitter *sb = arg;
     for (int k = 0; k < 2; k++) {
-        sched_request r = greedy_request(sb->prompt[k], sb->len[k], 3);
+        sched_request r = sched_test_greedy(sb->prompt[k], sb->len[k], 3);
         sched_handle *h;
         strata_error err = {0};
         if ((sb->rc = sched_submit(sb->s, &r, &h, &err)))
             return NULL;
-        sb->n_got[k] = drain(h, sb->got[k], 8);
+        sb->n_got[k] = sched_test_drain(h, sb->got[k], 8);
         sb->rc = sched_wait(h, NULL);
         sched_handle_free(h);
         if (sb->rc)
@@ -413,7 +341,7 @@ START_TEST(concurrent_submitters)
     enum { T = 4 };
     strata_engine *e = open_engine(2);
     int32_t *p0 = make_prompt(4, 11), *p1 = make_prompt(7, 12), want[2][3];
-    int n_want[2] = {solo(e, p0, 4, 3, want[0]), solo(e, p1, 7, 3, want[1])};
+    int n_want[2] = {sched_test_solo(e, p0, 4, 3, want[0]), sched_test_solo(e, p1, 7, 3, want[1])};
     strata_error err = {0};
     strata_sched *s = sched_new(e, NULL, &err);
     ck_assert_msg(s != NULL, "%s", err.msg);
@@ -434,7 +362,7 @@ START_TEST(concurrent_submitters)
         ck_assert_int_eq(sb[i].rc, 0);
         for (int k = 0; k < 2; k++) {
             int w = sb[i].prompt[k] == p0 ? 0 : 1;
-            expect_tokens("thread", i, sb[i].got[k], sb[i].n_got[k], want[w], n_want[w]);
+            sched_test_expect("thread", i, sb[i].got[k], sb[i].n_got[k], want[w], n_want[w]);
         }
     }
     sched_free(s);
@@ -459,10 +387,10 @@ START_TEST(free_with_pending_requests)
     enum { N = 4 };
     sched_handle *h[N], *orphan;
     for (int q = 0; q < N; q++) {
-        sched_request r = greedy_request(p, 5, 300);
+        sched_request r = sched_test_greedy(p, 5, 300);
         ck_assert_int_eq(sched_submit(s, &r, &h[q], &err), 0);
     }
-    sched_request r = greedy_request(p, 5, 300);
+    sched_request r = sched_test_greedy(p, 5, 300);
     ck_assert_int_eq(sched_submit(s, &r, &orphan, &err), 0);
     sched_handle_free(orphan); /* queued, nobody listens: dropped */
     int32_t t;
@@ -545,11 +473,11 @@ START_TEST(bad_requests_are_refused)
     ck_assert_int_eq(sched_submit(s, &r, &h, &err), STRATA_E_ARG);
     ck_assert_ptr_null(h);
     int32_t bad[2] = {5, 1 << 30};
-    r = greedy_request(bad, 2, 1);
+    r = sched_test_greedy(bad, 2, 1);
     ck_assert_int_eq(sched_submit(s, &r, &h, &err), STRATA_E_ARG);
     ck_assert_msg(strstr(err.msg, "vocabulary"), "%s", err.msg);
     int32_t *big = make_prompt(strata_n_ctx(e) + 1, 3);
-    r = greedy_request(big, strata_n_ctx(e) + 1, 1);
+    r = sched_test_greedy(big, strata_n_ctx(e) + 1, 1);
     ck_assert_int_eq(sched_submit(s, &r, &h, &err), STRATA_E_LIMIT);
     free(big);
     sched_free(s);
@@ -622,11 +550,11 @@ static strata_engine *cache_engine(const cache_conf *c)
 static void cache_turn(strata_sched *s, cache_run *o, int t, int32_t *conv, int *n,
                        uint64_t extra_seed)
 {
-    sched_request r = greedy_request(conv, *n, CC_GEN);
+    sched_request r = sched_test_greedy(conv, *n, CC_GEN);
     sched_handle *h;
     strata_error err = {0};
     ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
-    o->n_gen[t] = drain(h, o->gen[t], CC_GEN);
+    o->n_gen[t] = sched_test_drain(h, o->gen[t], CC_GEN);
     sched_result res;
     ck_assert_int_eq(sched_wait(h, &res), 0);
     ck_assert(res.finish == SCHED_FINISH_LENGTH || res.finish == SCHED_FINISH_STOP);
@@ -651,6 +579,10 @@ static void cache_scenario(const cache_conf *c, cache_run *o)
     sp.chunk = 8;
     sp.cache_mib = c->mib;
     sp.cache_slots = c->images;
+    /* These cases test the cache: every turn's conversation leaves its slot
+     * (resident reuse would keep A and B in their slots and never ask the
+     * cache; test_scheduler_kv.c tests that). */
+    sp.no_resident_reuse = 1;
     strata_error err = {0};
     strata_sched *s = sched_new(e, &sp, &err);
     ck_assert_msg(s != NULL, "%s", err.msg);
@@ -682,7 +614,7 @@ static void expect_same_run(const char *what, const cache_run *got, const cache_
 {
     for (int t = 0; t < CC_TURNS; t++) {
         ck_assert_int_eq(got->n_prompt[t], want->n_prompt[t]);
-        expect_tokens(what, t, got->gen[t], got->n_gen[t], want->gen[t], want->n_gen[t]);
+        sched_test_expect(what, t, got->gen[t], got->n_gen[t], want->gen[t], want->n_gen[t]);
     }
 }
 
@@ -770,32 +702,39 @@ START_TEST(cache_chat_messages_continue)
     if (!test_demo_model())
         TEST_SKIP("demo model not present (make model)");
     strata_engine *e = open_engine(1);
-    sched_params sp = sched_params_default();
-    sp.cache_mib = 64;
-    strata_error err = {0};
-    strata_sched *s = sched_new(e, &sp, &err);
-    ck_assert_msg(s != NULL, "%s", err.msg);
-    chat_msg msgs[3] = {{"user", "Name a colour."}, {"assistant", NULL}, {"user", "Another?"}};
-    textbuf tb = {0};
-    sched_result r1, r2;
-    for (int turn = 0; turn < 2; turn++) {
-        sched_request r = sched_request_default();
-        r.sampling.temp = 0;
-        r.messages = msgs;
-        r.n_messages = turn ? 3 : 1;
-        r.max_tokens = 4;
-        r.on_token = append_text;
-        r.user = &tb;
-        sched_handle *h;
-        ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
-        ck_assert_int_eq(sched_wait(h, turn ? &r2 : &r1), 0);
-        sched_handle_free(h);
-        msgs[1].content = tb.s;   /* the answer, as a client sends it back */
+    /* reuse 0: the cache restores the first turn; 1: it stays resident in
+     * the slot and the second turn reads only what is new. */
+    for (int reuse = 0; reuse < 2; reuse++) {
+        sched_params sp = sched_params_default();
+        sp.cache_mib = 64;
+        sp.no_resident_reuse = !reuse;
+        strata_error err = {0};
+        strata_sched *s = sched_new(e, &sp, &err);
+        ck_assert_msg(s != NULL, "%s", err.msg);
+        chat_msg msgs[3] = {{"user", "Name a colour."}, {"assistant", NULL}, {"user", "Another?"}};
+        textbuf tb = {0};
+        sched_result r1, r2;
+        for (int turn = 0; turn < 2; turn++) {
+            sched_request r = sched_request_default();
+            r.sampling.temp = 0;
+            r.messages = msgs;
+            r.n_messages = turn ? 3 : 1;
+            r.max_tokens = 4;
+            r.on_token = append_text;
+            r.user = &tb;
+            sched_handle *h;
+            ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
+            ck_assert_int_eq(sched_wait(h, turn ? &r2 : &r1), 0);
+            sched_handle_free(h);
+            msgs[1].content = tb.s;   /* the answer, as a client sends it back */
+        }
+        int parked = r1.n_prompt + r1.n_gen - (r1.finish == SCHED_FINISH_LENGTH);
+        int got = reuse ? r2.n_resident : r2.n_restored;
+        ck_assert_msg(got == parked, "reuse %d: turn 2 kept %d of %d tokens (answer '%s')", reuse,
+                      got, parked, tb.s);
+        ck_assert_int_eq(reuse ? r2.n_restored : r2.n_resident, 0);
+        sched_free(s);
     }
-    int parked = r1.n_prompt + r1.n_gen - (r1.finish == SCHED_FINISH_LENGTH);
-    ck_assert_msg(r2.n_restored == parked, "turn 2 restored %d of %d parked tokens (answer '%s')",
-                  r2.n_restored, parked, tb.s);
-    sched_free(s);
     strata_close(e);
 }
 END_TEST
