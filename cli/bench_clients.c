@@ -54,6 +54,8 @@ typedef struct bc_mode {
     int slots;
     size_t cache_mib;       /* 0: no conversation cache */
     int cache_slots;
+    int no_reuse;           /* the scheduler's resident reuse off: a follow-up
+                             * is re-read or restored, never found in its slot */
     int n_req, n_gen;
     double wall;
     double ttft_med, ttft_p90, tps_med, tps_p10, total_tps;
@@ -172,6 +174,7 @@ static int bc_run_mode(strata_engine *e, const bc_conf *c, bc_mode *m, strata_er
     sp.n_slots = m->slots;
     sp.cache_mib = m->cache_mib;
     sp.cache_slots = m->cache_slots;
+    sp.no_resident_reuse = m->no_reuse;
     strata_sched *s = sched_new(e, &sp, err);
     if (!s)
         return err->code;
@@ -335,9 +338,13 @@ int bench_clients(int argc, char **argv)
     bc_mode modes[2] = {{.name = "one at a time", .slots = 1},
                         {.name = "slots", .slots = o.ep.n_slots}};
     if (c.grow) {
-        modes[0] = (bc_mode){.name = "re-read", .slots = o.ep.n_slots};
+        /* resident reuse off in both: with it, a follow-up would find its
+         * conversation still in its slot, and neither the copy nor the
+         * re-read would be measured */
+        modes[0] = (bc_mode){.name = "re-read", .slots = o.ep.n_slots, .no_reuse = 1};
         modes[1] = (bc_mode){.name = "restored", .slots = o.ep.n_slots,
-                             .cache_mib = o.conv_cache_mib, .cache_slots = o.conv_cache_slots};
+                             .cache_mib = o.conv_cache_mib, .cache_slots = o.conv_cache_slots,
+                             .no_reuse = 1};
     }
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {

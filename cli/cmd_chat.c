@@ -130,14 +130,15 @@ static void print_stats(chat_state *c)
         printf("no answer yet; context %d/%d\n", (int)c->conv.toks.n, n_ctx);
     } else {
         const sched_result *r = &c->last;
-        int n_read = r->n_prompt - r->n_restored;
+        int n_reused = r->n_resident + r->n_restored, n_read = r->n_prompt - n_reused;
         /* t_first holds the queue wait, the restore and the reading */
         double t_read = r->t_first - r->t_admit - r->t_restore;
         double gbs = r->decode_tps * (double)strata_model(c->fe.e)->weight_bytes / 1e9;
-        printf("strata: prompt %d tok: %d restored (%.4f s), %d read (%.2f s, %.1f tok/s); "
+        printf("strata: prompt %d tok: %d reused (%d kept in the slot, %d restored in %.4f s), "
+               "%d read (%.2f s, %.1f tok/s); "
                "first token after %.3f s; decode %d tok (%.1f tok/s, %.2f GB/s of weights); "
                "context %d/%d; finish %s; load %.2f s%s\n",
-               r->n_prompt, r->n_restored, r->t_restore, n_read, t_read,
+               r->n_prompt, n_reused, r->n_resident, r->n_restored, r->t_restore, n_read, t_read,
                t_read > 0 ? n_read / t_read : 0.0, r->t_first, r->n_gen, r->decode_tps, gbs,
                c->last_ctx < n_ctx ? c->last_ctx : n_ctx, n_ctx, sched_finish_name(r->finish),
                c->fe.t_load,
@@ -193,13 +194,11 @@ static void stream_answer(chat_state *c, sched_handle *h, sched_result *res)
             sched_cancel(h);
             cancelled = 1;
         }
-        /* SCHED_TIMEOUT is 1, the value of "a token" too (scheduler.h):
-         * a timeout leaves tok as it was, and ids are never negative. */
         int32_t tok = -1;
         int r = sched_next(h, &tok, 0.05);
         if (r == 0)
             break;
-        if (tok < 0)
+        if (r == SCHED_TIMEOUT)
             continue;
         frontend_stream_token(&c->fe, tok);
         if (!oom && conv_add_answer_token(&c->conv, tok, &err)) {

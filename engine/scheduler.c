@@ -342,7 +342,11 @@ void sched_slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata
     /* A running request ended: its pages (or its slot) can be had again, so
      * a request parked for pages may be admitted. */
     s->kv_wait = 0;
-    if (ended && !s->p.no_resident_reuse && strata_seq_len(sl->seq) > 0) {
+    /* A cancelled conversation stays resident too: its sequence holds
+     * exactly the tokens it fed, which a follow-up (chat after Ctrl-C)
+     * extends.  Only an error leaves the slot empty. */
+    int keep = ended || finish == SCHED_FINISH_CANCELLED;
+    if (keep && !s->p.no_resident_reuse && strata_seq_len(sl->seq) > 0) {
         slot_vacate(s, sl, 1);
         return;
     }

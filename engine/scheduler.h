@@ -49,11 +49,9 @@
  * instead of re-reading its history (sched_result.n_restored).  Both copies
  * run on the orchestration thread, between steps; see doc/scheduler.md.
  *
- * Not implemented: --batch-groups (slots flowing through the stages of a
- * layer split as a pipeline of groups).  It needs asynchronous per-stage
- * execution (GPU stages with their own streams); on the CPU the stages run
- * one after another and grouping cannot overlap anything.  doc/scheduler.md
- * says where it would go. */
+ * --batch-groups G (strata_params.batch_groups) needs nothing here: the
+ * engine pipelines each decode step of a layer split in G groups itself
+ * (doc/engine.md, "Batch groups"). */
 #ifndef STRATA_SCHEDULER_H
 #define STRATA_SCHEDULER_H
 
@@ -152,7 +150,8 @@ int sched_submit(strata_sched *s, const sched_request *req, sched_handle **out,
 void sched_cancel(sched_handle *h);
 
 enum {
-    SCHED_TIMEOUT = 1,      /* sched_next: no token within the timeout */
+    SCHED_TIMEOUT = 2,      /* sched_next: no token within the timeout (not 1:
+                             * that is "here is a token") */
 };
 
 /* Queue mode: the next token.  Returns 1 with *tok, 0 when the request has

@@ -1,11 +1,12 @@
 /* test_chat_cli.c: suite "chat_cli": `strata-cli chat` on the scheduler, end
  * to end through a pipe.
  *
- *   - a follow-up turn restores the whole previous turn from the
- *     conversation cache: exactly its prompt and answer tokens (read from
- *     /stats), and reads only the new ones;
- *   - /reset and /system start a new conversation: nothing is restored;
- *   - the answers are the same with the cache off (every turn re-reads);
+ *   - a follow-up turn reuses the whole previous turn, kept in its slot by
+ *     the scheduler (resident reuse): exactly its prompt and answer tokens
+ *     (read from /stats), and reads only the new ones;
+ *   - /reset and /system start a new conversation: nothing is reused;
+ *   - the answers are the same with the conversation cache off, where
+ *     follow-ups still reuse the slot and nothing is restored;
  *   - Ctrl-C (SIGINT) during an answer cancels it, keeps what was said in
  *     the history and returns to the prompt (demo model: it must still be
  *     answering when the signal comes; the tiny model finishes too fast).
@@ -46,7 +47,7 @@ static int runf(char **out, const char *fmt, ...)
 
 /* One /stats report of the last answer. */
 typedef struct turn_stats {
-    int prompt, restored, read, gen, ctx;
+    int prompt, reused, kept, restored, read, gen, ctx;
     char finish[16];
 } turn_stats;
 
@@ -63,8 +64,8 @@ static int stats_at(const char *out, int k, turn_stats *t)
         p++;
     }
     memset(t, 0, sizeof *t);
-    if (sscanf(p, "strata: prompt %d tok: %d restored (%*f s), %d read", &t->prompt,
-               &t->restored, &t->read) != 3)
+    if (sscanf(p, "strata: prompt %d tok: %d reused (%d kept in the slot, %d restored in %*f s), "
+                  "%d read", &t->prompt, &t->reused, &t->kept, &t->restored, &t->read) != 5)
         return 0;
     const char *d = strstr(p, "decode "), *c = strstr(p, "context "), *f = strstr(p, "finish ");
     return d && c && f && sscanf(d, "decode %d tok", &t->gen) == 1 &&
@@ -81,7 +82,7 @@ static int parked(const turn_stats *t)
 
 #define TINY_ARGS "-n 16 --temp 0 --backend cpu -t 1"
 
-START_TEST(followup_restores_previous_turn)
+START_TEST(followup_reuses_previous_turn)
 {
     NEED_CLI();
     char *out = NULL;
@@ -93,26 +94,27 @@ START_TEST(followup_restores_previous_turn)
     turn_stats t[5];
     for (int k = 0; k < 5; k++)
         ck_assert_msg(stats_at(out, k, &t[k]), "no /stats %d:\n%s", k + 1, out);
-    /* turn 1: nothing to restore; its answer is part of the conversation */
-    ck_assert_int_eq(t[0].restored, 0);
+    /* turn 1: nothing to reuse; its answer is part of the conversation */
+    ck_assert_int_eq(t[0].reused, 0);
     ck_assert_int_eq(t[0].read, t[0].prompt);
     ck_assert_msg(t[0].gen > 0, "turn 1 answered nothing: nothing of an answer is tested");
     ck_assert_int_eq(t[0].ctx, t[0].prompt + t[0].gen);
-    /* turns 2 and 3: the previous turn, exactly, came from the cache; only
+    /* turns 2 and 3: the previous turn, exactly, was still in the slot; only
      * the end-of-turn marker and the new user turn were read */
     for (int k = 1; k < 3; k++) {
-        ck_assert_msg(t[k].restored == parked(&t[k - 1]),
-                      "turn %d restored %d tokens, turn %d parked %d:\n%s", k + 1, t[k].restored,
-                      k, parked(&t[k - 1]), out);
+        ck_assert_msg(t[k].reused == parked(&t[k - 1]) && t[k].kept == t[k].reused,
+                      "turn %d reused %d tokens (%d kept), turn %d left %d:\n%s", k + 1,
+                      t[k].reused, t[k].kept, k, parked(&t[k - 1]), out);
+        ck_assert_int_eq(t[k].read, t[k].prompt - t[k].reused);
         /* the prompt is the conversation so far plus a few new tokens */
         ck_assert_int_gt(t[k].prompt, t[k - 1].ctx);
     }
-    /* /reset: the same first question is read again in full, nothing restored */
-    ck_assert_int_eq(t[3].restored, 0);
+    /* /reset: the same first question is read again in full, nothing reused */
+    ck_assert_int_eq(t[3].reused, 0);
     ck_assert_int_eq(t[3].prompt, t[0].prompt);
     ck_assert_int_eq(t[3].gen, t[0].gen);
     /* /system: a new conversation with another system turn */
-    ck_assert_int_eq(t[4].restored, 0);
+    ck_assert_int_eq(t[4].reused, 0);
     ck_assert_int_ne(t[4].prompt, t[0].prompt);
     ck_assert_msg(strstr(out, "K/V reused") != NULL, "no cache line in /stats:\n%s", out);
     free(out);
@@ -133,7 +135,7 @@ START_TEST(cache_off_same_answers)
                      0);
     ck_assert_msg(strlen(on) > 60, "no answers: '%s'", on);
     ck_assert_str_eq(on, off);
-    /* with the cache off the follow-up re-reads the whole conversation */
+    /* with the cache off the follow-up still reuses the slot; nothing is restored */
     ck_assert_int_eq(runf(&st, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
                                TINY_ARGS " --conversation-cache-mib 0 2>&1 | tr -d '\\000'",
                           cli, tiny_model()),
@@ -141,7 +143,8 @@ START_TEST(cache_off_same_answers)
     turn_stats t;
     ck_assert_msg(stats_at(st, 0, &t), "no /stats:\n%s", st);
     ck_assert_int_eq(t.restored, 0);
-    ck_assert_int_eq(t.read, t.prompt);
+    ck_assert_int_gt(t.kept, 0);
+    ck_assert_int_eq(t.read, t.prompt - t.kept);
     ck_assert_msg(strstr(st, "conversation cache: off") != NULL, "%s", st);
     free(on);
     free(off);
@@ -191,7 +194,7 @@ static Suite *chat_cli_suite(void)
     Suite *s = suite_create("chat_cli");
     TCase *tc = tcase_create("chat_cli");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, followup_restores_previous_turn);
+    tcase_add_test(tc, followup_reuses_previous_turn);
     tcase_add_test(tc, cache_off_same_answers);
     tcase_add_test(tc, sigint_cancels_the_answer);
     suite_add_tcase(s, tc);
