@@ -98,8 +98,12 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
     if (n <= 0)
         return 0;
     int rc = seq_grow(s, tokens, n, err);
-    if (rc)
+    if (rc) {
+        /* A later stage's reservation failed: give back the pages the
+         * earlier stages took (the history is unchanged). */
+        strata_seq_truncate(s, s->n_tokens);
         return rc;
+    }
     fwd_row *rows = malloc((size_t)e->max_rows * sizeof *rows);
     if (!rows)
         return strata_err(err, STRATA_E_NOMEM, "out of memory");
