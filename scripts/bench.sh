@@ -39,6 +39,14 @@ if "$CLI" bench --help 2>/dev/null | grep -q -- --kernels && command -v nvidia-s
             mk "dense8b-$t.gguf" $dense --type $t && run "dense8b-$t" "$CLI" bench -m "$MODELS/dense8b-$t.gguf" -p 512 -n 128 --batch 1,2,4,8 --backend cuda
         done
         mk moe30b-iq3_xxs.gguf $moe --type iq3_xxs && run moe30b-iq3_xxs "$CLI" bench -m "$MODELS/moe30b-iq3_xxs.gguf" -p 512 -n 64 --batch 1,8 --backend cuda
+        # decode at a long context (K/V read next to the weights)
+        run dense8b-iq3_xxs-ctx "$CLI" bench -m "$MODELS/dense8b-iq3_xxs.gguf" -p 16 -n 32 --batch 1 --ctx 32768 --reps 2 --backend cuda
+        # serving: slots vs one at a time; follow-ups restored vs re-read
+        run clients "$CLI" bench -m "$MODELS/dense8b-iq3_xxs.gguf" --clients 8 --rounds 2 --prompt-tokens 256 --gen-tokens 64 --batch 8 --backend cuda
+        run clients-cache "$CLI" bench -m "$MODELS/dense8b-iq3_xxs.gguf" --clients 4 --rounds 3 --prompt-tokens 2048 --gen-tokens 32 --batch 4 --conversation-cache-mib 4096 --backend cuda
+        # parked conversations: capture / restore / shuttle against the D2H limit, two stages on one card
+        small="--arch llama --layers 16 --dim 2048 --heads 16 --kv-heads 8 --ff 5632 --vocab 32000 --ctx 131072"
+        mk conv1b-q8_0.gguf $small --type q8_0 && run conversations "$CLI" bench --conversations -m "$MODELS/conv1b-q8_0.gguf" --clients 4 --rounds 2 --tokens 100000 --followup 128 --batch 4 --layer-split 8 --backend cuda
     fi
     [ -f "$demo" ] && run demo-cuda "$CLI" bench -m "$demo" -p 512 -n 128 --batch 1,4 --backend cuda
 else

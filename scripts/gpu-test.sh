@@ -28,14 +28,22 @@ echo "== test"
 make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | grep -v '^SKIP' | tail -n 60
 rc=${PIPESTATUS[0]}
 # compute-sanitizer: every (tool, suite) pair at the same time (they share
-# the card; each is CPU-heavy), each with its own time limit and log.
+# the card; each is CPU-heavy), each with its own time limit and log; the
+# demo model's tests (run above) are left out here: generated models only.
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer (limit ${SAN_LIMIT:-420} s each)"
     pairs=()
+    # racecheck follows every shared-memory access: the engine suites (whole
+    # models) would take far longer than the kernel suites, whose kernels
+    # they only string together
+    mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_engine batch_groups}
+    race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention}
     for tool in memcheck racecheck; do
-        for suite in ${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_engine}; do
+        suites=$mem_suites
+        [ "$tool" = racecheck ] && suites=$race_suites
+        for suite in $suites; do
             pairs+=("$tool:$suite")
-            CK_FORK=no CK_RUN_SUITE="$suite" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
+            env -u STRATA_MODEL CK_FORK=no CK_RUN_SUITE="$suite" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
                 timeout "${SAN_LIMIT:-420}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                 "$BUILD/strata-tests" >"$OUT/sanitizer-$tool-$suite.log" 2>&1 &
         done
