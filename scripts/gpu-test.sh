@@ -6,6 +6,9 @@
 #
 #   scripts/gpu-test.sh            # logs under $OUT (or /tmp/strata-gpu)
 #   SANITIZE=0 scripts/gpu-test.sh # skip the compute-sanitizer pass
+#   SAN_TOOLS=racecheck SAN_LIMIT=500 ...  one tool, a longer limit per run
+#   (a device call lasts at most 10 minutes: the whole test and both tools
+#   in one call leave the slowest sanitizer runs unfinished)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/strata-gpu}"
@@ -35,15 +38,18 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     pairs=()
     # racecheck follows every shared-memory access: the engine suites (whole
     # models) would take far longer than the kernel suites, whose kernels
-    # they only string together
+    # they only string together, and the kernel suites run their small
+    # shape sets (STRATA_TEST_SMALL: every code path, fewer sizes)
     mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_engine batch_groups}
     race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention}
-    for tool in memcheck racecheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         suites=$mem_suites
         [ "$tool" = racecheck ] && suites=$race_suites
         for suite in $suites; do
             pairs+=("$tool:$suite")
-            env -u STRATA_MODEL CK_FORK=no CK_RUN_SUITE="$suite" STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
+            small=0; [ "$tool" = racecheck ] && small=1   # testutil.h, test_small()
+            env -u STRATA_MODEL STRATA_TEST_SMALL=$small CK_FORK=no CK_RUN_SUITE="$suite" \
+                STRATA_CLI="$BUILD/strata-cli" STRATA_ROOT="$PWD" \
                 timeout "${SAN_LIMIT:-420}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                 "$BUILD/strata-tests" >"$OUT/sanitizer-$tool-$suite.log" 2>&1 &
         done

@@ -182,6 +182,8 @@ START_TEST(decode_matches_cpu)
     for (int type = 0; type < 2; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
+            if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */
+                continue;
             shape sh = fast_shapes[si];
             int n_head = sh.n_kv * sh.group, hd = sh.hd, n_seq = 4;
             int len[4] = {1, 257, 1100, 2600}; /* 1 token; page tail; 2 and 3 chunks */
@@ -274,6 +276,8 @@ START_TEST(prefill_matches_cpu_and_decode)
     for (int type = 0; type < 2; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
+            if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */
+                continue;
             shape sh = fast_shapes[si];
             int n_head = sh.n_kv * sh.group, hd = sh.hd;
             for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {

@@ -66,6 +66,12 @@ int test_have_python(const char *mods)
     return system(cmd) == 0;
 }
 
+int test_small(void)
+{
+    const char *v = getenv("STRATA_TEST_SMALL");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 const char *test_tmpdir(void)
 {
     static char dir[64];

@@ -54,6 +54,14 @@ void test_fill_normal(float *x, size_t n, float scale, uint64_t seed);
  * for tests that run many conversations.  Returns its path. */
 const char *test_tiny_llama(const char *name, int n_vocab, uint64_t seed);
 
+/* 1 when STRATA_TEST_SMALL is set (not "0"): the CUDA kernel suites then
+ * run a subset of their shapes that still takes every code path (multi-
+ * segment clusters, persistent loops, page tails, both cache types), so
+ * compute-sanitizer's racecheck, which follows every shared-memory access,
+ * finishes within a device call (scripts/gpu-test.sh sets it for racecheck
+ * only). */
+int test_small(void);
+
 /* 1 if a usable CUDA device exists (and the build has CUDA); else 0 and
  * *why says why. */
 int test_have_gpu(const char **why);
