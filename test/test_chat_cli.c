@@ -34,17 +34,6 @@ static const char *tiny_model(void)
     return path;
 }
 
-static int runf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int runf(char **out, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return test_run(cmd, out);
-}
-
 /* One /stats report of the last answer. */
 typedef struct turn_stats {
     int prompt, reused, kept, restored, read, gen, ctx;
@@ -86,7 +75,7 @@ START_TEST(followup_reuses_previous_turn)
 {
     NEED_CLI();
     char *out = NULL;
-    int rc = runf(&out, "printf 'hello there\\n/stats\\nand again\\n/stats\\nmore please\\n/stats\\n"
+    int rc = test_runf(&out, "printf 'hello there\\n/stats\\nand again\\n/stats\\nmore please\\n/stats\\n"
                         "/reset\\nhello there\\n/stats\\n/system You are terse.\\nhello there\\n"
                         "/stats\\n' | '%s' chat -m '%s' " TINY_ARGS " 2>&1 | tr -d '\\000'",
                   cli, tiny_model());
@@ -127,16 +116,16 @@ START_TEST(cache_off_same_answers)
     const char *in = "printf 'hello there\\nand again\\nmore please\\n'";
     char *on = NULL, *off = NULL, *st = NULL;
     /* od: the noise the random model says may hold NUL bytes */
-    ck_assert_int_eq(runf(&on, "%s | '%s' chat -m '%s' " TINY_ARGS " 2>/dev/null | od -c", in, cli,
+    ck_assert_int_eq(test_runf(&on, "%s | '%s' chat -m '%s' " TINY_ARGS " 2>/dev/null | od -c", in, cli,
                           tiny_model()), 0);
-    ck_assert_int_eq(runf(&off, "%s | '%s' chat -m '%s' " TINY_ARGS
+    ck_assert_int_eq(test_runf(&off, "%s | '%s' chat -m '%s' " TINY_ARGS
                                 " --conversation-cache-mib 0 2>/dev/null | od -c", in, cli,
                                 tiny_model()),
                      0);
     ck_assert_msg(strlen(on) > 60, "no answers: '%s'", on);
     ck_assert_str_eq(on, off);
     /* with the cache off the follow-up still reuses the slot; nothing is restored */
-    ck_assert_int_eq(runf(&st, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
+    ck_assert_int_eq(test_runf(&st, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
                                TINY_ARGS " --conversation-cache-mib 0 2>&1 | tr -d '\\000'",
                           cli, tiny_model()),
                      0);
@@ -164,7 +153,7 @@ START_TEST(sigint_cancels_the_answer)
     char *out = NULL;
     /* The fifo keeps stdin open between the lines; the signal goes as soon
      * as the answer's first bytes are out. */
-    int rc = runf(&out,
+    int rc = test_runf(&out,
                   "cd '%s' && mkfifo in && { '%s' chat -m '%s' -n 2000 --temp 0 --backend cpu "
                   "<in >out 2>err & pid=$!; exec 3>in; "
                   "echo 'Write a very long story about a dragon and a knight.' >&3; i=0; "

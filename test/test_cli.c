@@ -24,17 +24,6 @@
         TEST_SKIP("demo model not found (make model, or STRATA_MODEL)")
 
 /* test_run on a formatted command line. */
-static int runf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int runf(char **out, const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return test_run(cmd, out);
-}
-
 static int count_lines(const char *s)
 {
     int n = 0;
@@ -47,22 +36,22 @@ START_TEST(test_help)
 {
     NEED_CLI();
     char *out = NULL;
-    ck_assert_int_eq(runf(&out, "'%s' --help", cli), 0);
+    ck_assert_int_eq(test_runf(&out, "'%s' --help", cli), 0);
     ck_assert_ptr_nonnull(strstr(out, "commands:"));
     free(out);
     /* no command: usage on stderr, status 2 */
-    ck_assert_int_eq(runf(NULL, "'%s' 2>/dev/null", cli), 2);
-    ck_assert_int_eq(runf(NULL, "'%s' no-such-command 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' no-such-command 2>/dev/null", cli), 2);
     static const char *cmds[] = {"chat", "run", "perplexity", "bench", "inspect", "quantize",
                                  "mkmodel"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        int rc = runf(&out, "'%s' %s --help 2>&1", cli, cmds[i]);
+        int rc = test_runf(&out, "'%s' %s --help 2>&1", cli, cmds[i]);
         ck_assert_msg(rc == 0, "%s --help: exit %d", cmds[i], rc);
         ck_assert_msg(strstr(out, "usage") != NULL, "%s --help: no usage line:\n%s", cmds[i], out);
         free(out);
     }
     /* the perplexity help states which tokens are scored */
-    runf(&out, "'%s' perplexity --help", cli);
+    test_runf(&out, "'%s' perplexity --help", cli);
     ck_assert_ptr_nonnull(strstr(out, "SECOND HALF"));
     free(out);
 }
@@ -73,24 +62,24 @@ START_TEST(test_bad_input)
     NEED_CLI();
     char *out = NULL;
     /* a missing model: exit 1, one line naming the path */
-    int rc = runf(&out, "'%s' run -m /nonexistent/strata-model.gguf -p hi 2>&1 >/dev/null", cli);
+    int rc = test_runf(&out, "'%s' run -m /nonexistent/strata-model.gguf -p hi 2>&1 >/dev/null", cli);
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "/nonexistent/strata-model.gguf") != NULL, "error: %s", out);
     ck_assert_msg(count_lines(out) == 1, "want one line, got:\n%s", out);
     free(out);
     /* usage errors: exit 2 */
-    ck_assert_int_eq(runf(NULL, "'%s' run --no-such-option 2>/dev/null", cli), 2);
-    ck_assert_int_eq(runf(NULL, "'%s' run -n notanumber -p hi 2>/dev/null", cli), 2);
-    ck_assert_int_eq(runf(NULL, "'%s' chat --kv q9 2>/dev/null", cli), 2);
-    ck_assert_int_eq(runf(NULL, "'%s' perplexity 2>/dev/null", cli), 2);
-    ck_assert_int_eq(runf(NULL, "'%s' bench --batch 0 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' run --no-such-option 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' run -n notanumber -p hi 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' chat --kv q9 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' perplexity 2>/dev/null", cli), 2);
+    ck_assert_int_eq(test_runf(NULL, "'%s' bench --batch 0 2>/dev/null", cli), 2);
     /* perplexity: missing and empty texts are clear errors, before any model load */
     const char *dir = test_tmpdir();
-    rc = runf(&out, "'%s' perplexity -m /nonexistent.gguf -f %s/missing.txt 2>&1", cli, dir);
+    rc = test_runf(&out, "'%s' perplexity -m /nonexistent.gguf -f %s/missing.txt 2>&1", cli, dir);
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "missing.txt") != NULL, "%s", out);
     free(out);
-    rc = runf(&out, ": > %s/empty.txt; '%s' perplexity -f %s/empty.txt 2>&1", dir, cli, dir);
+    rc = test_runf(&out, ": > %s/empty.txt; '%s' perplexity -f %s/empty.txt 2>&1", dir, cli, dir);
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "empty") != NULL, "%s", out);
     free(out);
@@ -101,7 +90,7 @@ START_TEST(test_bench_modes)
 {
     NEED_CLI();
     char *out = NULL;
-    ck_assert_int_eq(runf(&out, "'%s' bench --help", cli), 0);
+    ck_assert_int_eq(test_runf(&out, "'%s' bench --help", cli), 0);
     ck_assert_ptr_nonnull(strstr(out, "--quant"));
     ck_assert_ptr_nonnull(strstr(out, "--kernels"));
     ck_assert_ptr_nonnull(strstr(out, "--clients"));
@@ -109,7 +98,7 @@ START_TEST(test_bench_modes)
     free(out);
     if (!test_have_gpu(NULL)) {
         /* a CPU build says the kernel bench needs CUDA and fails cleanly */
-        int rc = runf(&out, "'%s' bench --kernels 2>&1", cli);
+        int rc = test_runf(&out, "'%s' bench --kernels 2>&1", cli);
         ck_assert_int_eq(rc, 1);
         ck_assert_msg(strstr(out, "CUDA") != NULL, "%s", out);
         free(out);
@@ -123,7 +112,7 @@ START_TEST(test_perplexity_short_text)
     NEED_MODEL();
     const char *dir = test_tmpdir();
     char *out = NULL;
-    int rc = runf(&out, "echo 'Four score and seven years ago.' > %s/short.txt; "
+    int rc = test_runf(&out, "echo 'Four score and seven years ago.' > %s/short.txt; "
                         "'%s' perplexity -m '%s' -f %s/short.txt -c 256 2>&1",
                   dir, cli, model, dir);
     ck_assert_int_eq(rc, 1);
@@ -139,10 +128,10 @@ START_TEST(test_run_deterministic)
     NEED_MODEL();
     const char *args = "-p 'The capital of France is' -n 8 --temp 0";
     char *a = NULL, *b = NULL, *c = NULL;
-    ck_assert_int_eq(runf(&a, "'%s' run -m '%s' %s 2>/dev/null", cli, model, args), 0);
-    ck_assert_int_eq(runf(&b, "'%s' run -m '%s' %s 2>/dev/null", cli, model, args), 0);
+    ck_assert_int_eq(test_runf(&a, "'%s' run -m '%s' %s 2>/dev/null", cli, model, args), 0);
+    ck_assert_int_eq(test_runf(&b, "'%s' run -m '%s' %s 2>/dev/null", cli, model, args), 0);
     ck_assert_int_eq(
-        runf(&c, "'%s' run -m '%s' %s --layer-split 10,20 2>/dev/null", cli, model, args), 0);
+        test_runf(&c, "'%s' run -m '%s' %s --layer-split 10,20 2>/dev/null", cli, model, args), 0);
     ck_assert_msg(strlen(a) > 4, "no text generated: '%s'", a);
     ck_assert_str_eq(a, b);
     ck_assert_str_eq(a, c);
@@ -150,7 +139,7 @@ START_TEST(test_run_deterministic)
     free(b);
     free(c);
     /* the stats line goes to stderr, not into the text */
-    ck_assert_int_eq(runf(&a, "'%s' run -m '%s' -p Hi -n 2 --temp 0 2>&1 >/dev/null", cli, model),
+    ck_assert_int_eq(test_runf(&a, "'%s' run -m '%s' -p Hi -n 2 --temp 0 2>&1 >/dev/null", cli, model),
                      0);
     ck_assert_msg(strstr(a, "tok/s") != NULL, "stats: %s", a);
     free(a);
@@ -162,7 +151,7 @@ START_TEST(test_chat_pipe)
     NEED_CLI();
     NEED_MODEL();
     char *out = NULL;
-    int rc = runf(&out, "printf 'What is 2+2?\\n/stats\\nAnd 3+3?\\n/reset\\nWhat is 2+2?\\n"
+    int rc = test_runf(&out, "printf 'What is 2+2?\\n/stats\\nAnd 3+3?\\n/reset\\nWhat is 2+2?\\n"
                         "/quit\\nThis line is never read.\\n' | '%s' chat -m '%s' -n 12 --temp 0 "
                         "2>/dev/null", cli, model);
     ck_assert_int_eq(rc, 0);

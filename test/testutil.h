@@ -43,6 +43,8 @@ const char *test_tmpdir(void);
 /* Run a shell command, capture stdout (malloc'd, NUL-terminated) and return
  * its exit status; *out may be NULL if not wanted. */
 int test_run(const char *cmd, char **out);
+/* test_run of a printf-formatted command (at most 4 KiB). */
+int test_runf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Deterministic random numbers for tests (never zeros). */
 uint64_t test_rand_u64(uint64_t *state);
