@@ -16,7 +16,6 @@
  * before it becomes a C string), the token counts are what is checked. */
 #include "testutil.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
