@@ -9,6 +9,8 @@
 /* 1 if a usable CUDA device exists; else 0 and *why says why. */
 int cuda_backend_available(const char **why);
 
+/* Free memory on card dev now (cudaMemGetInfo), for --layer-split auto. */
+int cuda_device_free(int dev, uint64_t *bytes, strata_error *err);
 /* Upload every stage's weights, create streams and scratch. */
 int cuda_engine_init(strata_engine *e, strata_error *err);
 void cuda_engine_free(strata_engine *e);

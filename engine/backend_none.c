@@ -9,6 +9,13 @@ int cuda_backend_available(const char **why)
     return 0;
 }
 
+int cuda_device_free(int dev, uint64_t *bytes, strata_error *err)
+{
+    (void)dev;
+    *bytes = 0;
+    return strata_err(err, STRATA_E_UNSUPPORTED, "built without CUDA");
+}
+
 int cuda_engine_init(strata_engine *e, strata_error *err)
 {
     (void)e;

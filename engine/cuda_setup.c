@@ -376,6 +376,15 @@ static int init_stage(strata_engine *e, stage *st, strata_error *err)
     return rc;
 }
 
+int cuda_device_free(int dev, uint64_t *bytes, strata_error *err)
+{
+    size_t free_b = 0, total = 0;
+    CUDA_CHECK(err, cudaSetDevice(dev));
+    CUDA_CHECK(err, cudaMemGetInfo(&free_b, &total));
+    *bytes = free_b;
+    return 0;
+}
+
 int cuda_engine_init(strata_engine *e, strata_error *err)
 {
     cuda_engine *ce = calloc(1, sizeof *ce);

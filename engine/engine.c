@@ -31,26 +31,36 @@ int strata_batch_groups(const strata_engine *e) { return forward_groups(e, 1); }
 
 /* ---- placement ----------------------------------------------------------- */
 
-/* "auto": cut the layers so each stage holds about the same weight bytes. */
-static int split_auto(const model *m, int n_stages, int *starts)
+/* "auto": cut the layers so each stage's share of the weight bytes follows
+ * shares[] (its card's free memory; NULL: equal shares).  Boundary s falls
+ * at the first layer where the bytes so far reach the first s stages'
+ * share of the total. */
+static int split_auto(const model *m, int n_stages, const double *shares, int *starts)
 {
+    double total_share = 0, below = 0;
+    for (int i = 0; i < n_stages; i++)
+        total_share += shares ? shares[i] : 1.0;
     uint64_t total = model_layer_bytes(m, 0, m->hp.n_layer), acc = 0;
     int s = 1;
+    below = shares ? shares[0] : 1.0;
     for (int il = 0; il < m->hp.n_layer && s < n_stages; il++) {
         acc += model_layer_bytes(m, il, il + 1);
-        if (acc * (uint64_t)n_stages >= total * (uint64_t)s && il + 1 < m->hp.n_layer)
-            starts[s++ - 1] = il + 1;
+        if ((double)acc >= (double)total * below / total_share && il + 1 < m->hp.n_layer) {
+            starts[s - 1] = il + 1;
+            below += shares ? shares[s] : 1.0;
+            s++;
+        }
     }
     return s;
 }
 
-int parse_layer_split(const char *spec, const model *m, int max_stages, int *starts,
-                      strata_error *err)
+int parse_layer_split(const char *spec, const model *m, int max_stages, const double *shares,
+                      int *starts, strata_error *err)
 {
     if (!spec || !*spec)
         return 1;
     if (!strcmp(spec, "auto"))
-        return split_auto(m, max_stages, starts);
+        return split_auto(m, max_stages, shares, starts);
     int n = 0, prev = 0;
     const char *p = spec;
     while (*p) {
@@ -147,14 +157,49 @@ static int choose_backend(strata_engine *e, strata_error *err)
     return 0;
 }
 
+/* Each stage's share for --layer-split auto: on the cards, the free memory
+ * of its card divided among the stages that share the card (so a card with
+ * twice the room takes twice the weights); on the CPU, equal shares. */
+static int auto_shares(strata_engine *e, int n, double *shares, strata_error *err)
+{
+    int dev[64];
+    int rc = parse_devices(e->p.devices, n, dev, err);
+    for (int i = 0; i < n && !rc; i++) {
+        shares[i] = 1.0;
+        if (e->backend != STRATA_BACKEND_CUDA)
+            continue;
+        uint64_t free_b = 0;
+        int users = 0;
+        rc = cuda_device_free(dev[i], &free_b, err);
+        for (int j = 0; j < n; j++)
+            users += dev[j] == dev[i];
+        shares[i] = (double)free_b / users;
+    }
+    if (!rc && !e->p.quiet && e->backend == STRATA_BACKEND_CUDA && n > 1) {
+        fprintf(stderr, "strata: --layer-split auto: weight shares by free memory:");
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " cuda:%d %.1f GiB", dev[i], shares[i] / (1 << 30));
+        fprintf(stderr, "\n");
+    }
+    return rc;
+}
+
 static int make_stages(strata_engine *e, strata_error *err)
 {
     const model *m = e->m;
     int starts[64];
     int max_stages = 64;
-    if (e->p.layer_split && !strcmp(e->p.layer_split, "auto"))
+    double shares[64], *sh = NULL;
+    if (e->p.layer_split && !strcmp(e->p.layer_split, "auto")) {
         max_stages = count_list(e->p.devices) > 0 ? count_list(e->p.devices) : 1;
-    int n = parse_layer_split(e->p.layer_split, m, max_stages, starts, err);
+        if (max_stages > 64)
+            return strata_err(err, STRATA_E_ARG, "--devices: more than 64 stages");
+        int rc = auto_shares(e, max_stages, shares, err);
+        if (rc)
+            return rc;
+        sh = shares;
+    }
+    int n = parse_layer_split(e->p.layer_split, m, max_stages, sh, starts, err);
     if (n < 0)
         return n;
     e->n_stages = n;

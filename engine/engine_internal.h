@@ -94,8 +94,10 @@ int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err
 void cpu_scratch_free(cpu_scratch *s);
 
 /* Parse "--layer-split" into stage boundaries: first layer of each stage
- * after the first.  Returns the number of stages or a negative error. */
-int parse_layer_split(const char *spec, const model *m, int max_stages, int *starts,
-                      strata_error *err);
+ * after the first.  "auto" cuts the weight bytes in proportion to shares
+ * (max_stages of them; NULL: equal).  Returns the number of stages or a
+ * negative error. */
+int parse_layer_split(const char *spec, const model *m, int max_stages, const double *shares,
+                      int *starts, strata_error *err);
 
 #endif

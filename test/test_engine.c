@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_internal.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
 
@@ -333,6 +334,39 @@ START_TEST(bad_model_and_split_are_clear_errors)
 }
 END_TEST
 
+/* --layer-split auto cuts the weight bytes in proportion to each stage's
+ * share (its card's free memory): on the tiny 4-layer llama, whose layers
+ * weigh the same, shares 3:1 put three layers on stage 0, 1:3 one. */
+START_TEST(auto_split_follows_shares)
+{
+    model *m = NULL;
+    strata_error err = {0};
+    ck_assert_msg(model_load(test_tiny_llama("split-llama", 512, 7), &m, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(m->hp.n_layer, 4);
+    static const struct {
+        int n;
+        double shares[4];
+        int starts[3];
+    } cases[] = {
+        {2, {1, 1}, {2}},       {2, {3, 1}, {3}},    {2, {1, 3}, {1}},
+        {4, {1, 1, 1, 1}, {1, 2, 3}}, {3, {2, 1, 1}, {2, 3}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int starts[4] = {0};
+        int n = parse_layer_split("auto", m, cases[c].n, cases[c].shares, starts, &err);
+        ck_assert_int_eq(n, cases[c].n);
+        for (int i = 0; i + 1 < n; i++)
+            ck_assert_msg(starts[i] == cases[c].starts[i], "case %zu: stage %d starts at %d, not %d",
+                          c, i + 1, starts[i], cases[c].starts[i]);
+    }
+    /* no shares: equal, as before */
+    int starts[4] = {0};
+    ck_assert_int_eq(parse_layer_split("auto", m, 2, NULL, starts, &err), 2);
+    ck_assert_int_eq(starts[0], 2);
+    model_free(m);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -347,6 +381,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, qwen3moe_matches_reference);
     tcase_add_test(tc, context_limit_is_a_clear_error);
     tcase_add_test(tc, bad_model_and_split_are_clear_errors);
+    tcase_add_test(tc, auto_split_follows_shares);
     suite_add_tcase(s, tc);
     return s;
 }
