@@ -13,7 +13,7 @@
  * disjoint copies (>= 512 MiB together) that no run finds its K/V in the
  * 60 MiB L2.  Bandwidth counts the K+V bytes a decode must read (quants and
  * scales, each once); the ceiling is measured here with a 16-byte streaming
- * read of 4 GiB (cuda_stream_read).  The last lines sweep the decode chunk
+ * read of 4 GiB (cuda_read_probe, as bench --kernels).  The last lines sweep the decode chunk
  * (a lab knob: the engine uses the default). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +132,7 @@ static int ba_read_launch(void *ctx, int set, cudaStream_t s, strata_error *err)
 {
     (void)set;
     ba_read *r = ctx;
-    return cuda_stream_read(r->buf, r->bytes, r->sink, s, err);
+    return cuda_read_probe(r->buf, r->bytes, r->sink, s, err);
 }
 
 /* ---- attention ---- */

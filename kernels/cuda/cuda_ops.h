@@ -199,12 +199,6 @@ int cuda_attention_plain(const kv_view *kv, int page_stride, const int32_t *d_po
  * anything else restores the default 1024).  Changes result bits; the
  * engine never calls it. */
 void cuda_attention_set_chunk(int tokens);
-/* Lab only: read `bytes` (multiple of 16) of device memory with 16-byte
- * loads, the bandwidth ceiling bench_attention compares with; d_sink: 1024
- * words it may write. */
-int cuda_stream_read(const void *buf, size_t bytes, unsigned *d_sink, cudaStream_t stream,
-                     strata_error *err);
-
 /* Index of the largest of n logits per row (rows `stride` apart), lowest
  * index on ties.  Twin: cpu_argmax. */
 int cuda_argmax(const float *logits, int n_rows, int64_t n, int64_t stride, int32_t *d_out,
