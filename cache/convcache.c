@@ -128,10 +128,11 @@ static span *span_new(convcache *c, int32_t t0, int32_t t1)
     return s;
 }
 
-/* Allocate every stage's part; on failure the span keeps what it got and
- * span_unref frees it. */
+/* Allocate every stage's part; on failure the span keeps what it got
+ * (span_release_parts gives it back).  evicted: images already evicted
+ * for this span's sake, for the message. */
 static int span_alloc_parts(convcache *c, span *s, const size_t *bytes,
-                            strata_error *err)
+                            int evicted, strata_error *err)
 {
     for (int i = 0; i < c->n_stages; i++) {
         if (bytes[i] == 0)
@@ -140,11 +141,26 @@ static int span_alloc_parts(convcache *c, span *s, const size_t *bytes,
         if (!s->part[i].data)
             return strata_err(err, STRATA_E_NOMEM,
                               "conversation cache: stage %d: cannot allocate "
-                              "%zu bytes", i, bytes[i]);
+                              "%zu bytes (after evicting %d images for it; "
+                              "the allocator's free memory is in holes too "
+                              "small, or gone)", i, bytes[i], evicted);
         s->part[i].bytes = bytes[i];
         s->bytes += bytes[i];
     }
     return 0;
+}
+
+/* Give back the parts of a span whose bytes are not counted in bytes_used
+ * yet (a capture's new span inside convcache_begin), to try again. */
+static void span_release_parts(convcache *c, span *s)
+{
+    for (int i = 0; i < c->n_stages; i++)
+        if (s->part[i].data) {
+            c->al.free(s->part[i].data, c->al.ctx);
+            s->part[i].data = NULL;
+            s->part[i].bytes = 0;
+        }
+    s->bytes = 0;
 }
 
 static void span_unref(convcache *c, span *s)
@@ -428,6 +444,49 @@ static int make_room(convcache *c, const convcache_image *self, size_t need,
     return 0;
 }
 
+/* 1 if evicting img gives bytes back: it alone holds one of its spans
+ * (a span shared with another image or a capture outlives it). */
+static int image_frees_bytes(const convcache_image *img)
+{
+    for (int i = 0; i < img->n_spans; i++)
+        if (img->spans[i]->refs == 1 && img->spans[i]->bytes > 0)
+            return 1;
+    return 0;
+}
+
+/* Allocate the new span's parts; when the allocator refuses, evict the
+ * least recently used unpinned image that gives bytes back and try again,
+ * until the parts fit or no such image is left.
+ *
+ * Why the budget check (make_room) is not enough: the engine's allocator is
+ * an arena of exactly max_bytes (one pinned block, cache/arena.h), so the
+ * free bytes the budget counts can lie in holes none of which holds a part
+ * (and the arena rounds each part up to 64 bytes).  Evicting frees holes
+ * next to others, which merge.  With a plain allocator (malloc, per-part
+ * cudaHostAlloc) a refusal means the host is short of memory, and giving
+ * the cache's own memory back is the right answer there too.  Each try
+ * starts from no parts, so the stages' parts are placed together in the
+ * freed space rather than around a part kept from the last try.  The
+ * images evicted stay evicted even if the capture still fails: whether a
+ * hole would open cannot be known through the allocator's two calls, and
+ * losing an image only costs a re-read later. */
+static int alloc_parts_evicting(convcache *c, span *s, const size_t *bytes,
+                                strata_error *err)
+{
+    for (int evicted = 0;; evicted++) {
+        int rc = span_alloc_parts(c, s, bytes, evicted, err);
+        if (rc == 0)
+            return 0;
+        span_release_parts(c, s);
+        convcache_image *victim = c->oldest;
+        while (victim && (victim->pins > 0 || !image_frees_bytes(victim)))
+            victim = victim->newer;
+        if (!victim)
+            return rc;
+        image_evict(c, victim);
+    }
+}
+
 static int scratch_reserve(convcache *c, int want)
 {
     if (want <= c->scratch_cap)
@@ -543,10 +602,10 @@ int convcache_begin(convcache *c, const int32_t *tokens, int n_tokens,
      * the prefix image itself (if unpinned) frees none of them. */
     int rc = make_room(c, img, need, err);
     if (rc == 0)
-        rc = span_alloc_parts(c, cp->fresh, new_bytes, err);
+        rc = alloc_parts_evicting(c, cp->fresh, new_bytes, err);
     if (rc != 0) {
-        /* The fresh span's bytes were never added to bytes_used. */
-        c->bytes_used += cp->fresh->bytes;
+        /* The fresh span holds no parts now (released on failure), so
+         * freeing it takes nothing off bytes_used. */
         image_free(c, img);
         free(cp);
         return rc;

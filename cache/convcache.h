@@ -22,7 +22,11 @@
  * Beginning a capture evicts least-recently-used images until both budgets
  * hold; pinned images are never evicted; if even evicting every unpinned
  * image would not make room, the capture fails with STRATA_E_LIMIT and
- * nothing is evicted.  Token lists and bookkeeping (4 bytes per token,
+ * nothing is evicted.  When the budgets hold but the allocator refuses a
+ * part (an arena of exactly max_bytes, fragmented), begin evicts the least
+ * recently used unpinned image that frees bytes and retries, until the
+ * parts fit or no such image is left (then STRATA_E_NOMEM; the images
+ * evicted for it stay evicted: doc/convcache.md, "Fragmentation").  Token lists and bookkeeping (4 bytes per token,
  * against tens of KiB of K/V per token) are not counted.
  *
  * Threading: ONE orchestration thread calls everything, except these, which
@@ -48,10 +52,13 @@ typedef struct convcache convcache;
 typedef struct convcache_image convcache_image;
 typedef struct convcache_capture convcache_capture;
 
-/* Where part bytes come from: the engine passes cudaHostAlloc/cudaFreeHost
- * wrappers so the cards can copy at pinned speed (pageable memory copies
- * 4-6x slower, see /work/shared/ANCHORS.md).  alloc returns NULL on
- * failure; it is called for non-zero sizes only. */
+/* Where part bytes come from: on CUDA the engine passes an arena over one
+ * pinned block of max_bytes (cache/arena.h; per-part cudaHostAlloc as the
+ * fallback) so the cards copy at pinned speed (pageable memory copies 4-6x
+ * slower, see /work/shared/ANCHORS.md).  alloc returns NULL on failure (the
+ * cache then evicts and retries, see above); it is called for non-zero
+ * sizes only, and alloc and free may be called from the orchestration
+ * thread only. */
 typedef struct convcache_allocator {
     void *(*alloc)(size_t bytes, void *ctx);
     void (*free)(void *ptr, void *ctx);

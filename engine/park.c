@@ -18,17 +18,24 @@
  * what a PCIe copy engine needs to run at its limit. */
 #include "park.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/arena.h"
 #include "engine/backend_cuda.h"
 #include "engine/engine_internal.h"
 
 int park_fail_stage = -1;
+int park_arena_on_cpu = 0;
 
 struct strata_park {
     strata_engine *e;
     convcache *cache;
+    /* the cache's bytes when they come from one block (pinned on CUDA):
+     * the arena that carves it; block NULL: per-part allocation */
+    void *block;
+    arena block_arena;
     int verify;
     park_stats st;
     /* pinned staging of the shuttle's host round trip, one per stage */
@@ -239,6 +246,67 @@ size_t park_token_bytes(const strata_park *p, int stage)
     return kv_page_bytes(p->e->stages[stage].kv) / KV_PAGE;
 }
 
+/* ---- the cache's memory ------------------------------------------------------ */
+
+static void staging_free(strata_park *p, void *buf);
+
+static void *arena_part_alloc(size_t bytes, void *ctx)
+{
+    return arena_alloc(ctx, bytes);
+}
+
+static void arena_part_free(void *ptr, void *ctx)
+{
+    /* -1 would be a part the cache never got from this arena: a bug in
+     * the cache, and nothing to undo here */
+    (void)arena_free(ctx, ptr);
+}
+
+/* The block for the arena: pinned on CUDA (once: see park_cuda.c for why),
+ * malloc'd under the CPU test hook. */
+static int block_take(strata_park *p, size_t bytes, strata_error *err)
+{
+#ifdef STRATA_CUDA
+    if (p->e->backend == STRATA_BACKEND_CUDA)
+        return park_cuda_host_pin(bytes, &p->block, err);
+#endif
+    /* aligned, so the arena loses no bytes to its 64-byte alignment (as
+     * with cudaHostAlloc's page-aligned blocks); bytes is whole MiB */
+    p->block = aligned_alloc(ARENA_ALIGN, bytes);
+    return p->block ? 0 : strata_err(err, STRATA_E_NOMEM, "out of memory");
+}
+
+/* Where the cache's parts come from: the arena over one block of the whole
+ * byte budget (CUDA, or the CPU test hook), else per part (pinned on CUDA,
+ * malloc on the CPU).  The arena is exactly the budget: convcache evicts
+ * and retries when it is fragmented (doc/convcache.md, "Memory"). */
+static convcache_allocator cache_allocator(strata_park *p, size_t bytes)
+{
+    convcache_allocator al = {NULL, NULL, NULL};   /* malloc */
+    int on_cuda = 0;
+#ifdef STRATA_CUDA
+    on_cuda = p->e->backend == STRATA_BACKEND_CUDA;
+    if (on_cuda)
+        al = park_cuda_host_allocator();
+#endif
+    if (!on_cuda && !park_arena_on_cpu)
+        return al;
+    strata_error why = {0};
+    if (block_take(p, bytes, &why) == 0) {
+        if (arena_init(&p->block_arena, p->block, bytes) == 0)
+            return (convcache_allocator){arena_part_alloc, arena_part_free, &p->block_arena};
+        staging_free(p, p->block);
+        p->block = NULL;
+        strata_err(&why, STRATA_E_NOMEM, "the arena's bookkeeping: out of memory");
+    }
+    /* A warning, not an info line, so printed even when quiet: every
+     * capture will be slower, and the bench must not be read without it. */
+    fprintf(stderr, "strata: conversation cache: cannot take one block of %zu MiB (%s); "
+                    "allocating%s each capture's parts instead\n", bytes >> 20, why.msg,
+            on_cuda ? " and pinning" : "");
+    return al;
+}
+
 strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strata_error *err)
 {
     if (!cache_mib || cache_slots <= 0) {
@@ -248,6 +316,7 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
     }
     strata_park *p = calloc(1, sizeof *p);
     if (p) {
+        p->e = e;   /* before any park_free below: it reads e->n_stages */
         p->stage_buf = calloc((size_t)e->n_stages, sizeof *p->stage_buf);
         p->stage_cap = calloc((size_t)e->n_stages, sizeof *p->stage_cap);
     }
@@ -265,12 +334,9 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
     cfg.n_stages = e->n_stages;
     cfg.max_bytes = cache_mib << 20;
     cfg.max_images = cache_slots;
-#ifdef STRATA_CUDA
-    /* pinned: pageable memory copies at 8-14 GB/s against 55 GB/s pinned
-     * (/work/shared/ANCHORS.md) */
-    if (e->backend == STRATA_BACKEND_CUDA)
-        cfg.allocator = park_cuda_host_allocator();
-#endif
+    /* pinned on CUDA: pageable memory copies at 8-14 GB/s against 55 GB/s
+     * pinned (/work/shared/ANCHORS.md) */
+    cfg.allocator = cache_allocator(p, cfg.max_bytes);
     p->cache = convcache_new(&cfg, err);
     if (!p->cache) {
         park_free(p);
@@ -295,7 +361,11 @@ void park_free(strata_park *p)
 {
     if (!p)
         return;
-    convcache_free(p->cache);
+    convcache_free(p->cache);   /* gives every part back to the arena */
+    if (p->block) {
+        arena_fini(&p->block_arena);
+        staging_free(p, p->block);
+    }
     for (int i = 0; p->stage_buf && i < p->e->n_stages; i++)
         if (p->stage_buf[i])
             staging_free(p, p->stage_buf[i]);
@@ -310,6 +380,7 @@ void park_free(strata_park *p)
 
 void park_set_verify(strata_park *p, int on) { p->verify = on; }
 convcache *park_cache(strata_park *p) { return p->cache; }
+arena *park_arena(strata_park *p) { return p->block ? &p->block_arena : NULL; }
 void park_get_stats(const strata_park *p, park_stats *st) { *st = p->st; }
 
 /* ---- capture ----------------------------------------------------------------- */

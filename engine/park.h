@@ -62,9 +62,13 @@ typedef struct park_stats {
     uint64_t bytes_d2h, bytes_h2d, bytes_d2d; /* bytes copied, all stages */
 } park_stats;
 
-/* A conversation cache of cache_mib MiB and cache_slots images, with pinned
- * host memory (cudaHostAlloc) on the CUDA backend and malloc on the CPU.
- * Uses the engine's stage pool (none with one stage). */
+/* A conversation cache of cache_mib MiB and cache_slots images.  On the
+ * CUDA backend its bytes are one block of cache_mib MiB pinned here, once
+ * (cudaHostAlloc), and carved into parts by an arena (cache/arena.h); if
+ * that block cannot be pinned, a line on stderr says so and each part is
+ * pinned on its own (correct, but captures pay for the pinning).  On the
+ * CPU: malloc per part.  Uses the engine's stage pool (none with one
+ * stage). */
 strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strata_error *err);
 void park_free(strata_park *p);   /* NULL ok */
 
@@ -98,6 +102,9 @@ int park_shuttle(strata_park *p, strata_seq *from, strata_seq *to, int flags, st
  * tests turn it on in release builds too). */
 void park_set_verify(strata_park *p, int on);
 convcache *park_cache(strata_park *p);
+/* The arena carving the cache's one block (cache/arena.h), or NULL when
+ * parts are allocated one by one (CPU, or the CUDA fallback). */
+struct arena *park_arena(strata_park *p);
 void park_get_stats(const strata_park *p, park_stats *st);
 /* K/V bytes per token of stage i (all its layers and buffers). */
 size_t park_token_bytes(const strata_park *p, int stage);
@@ -106,6 +113,11 @@ size_t park_token_bytes(const strata_park *p, int stage);
  * ("injected failure") after doing its copy, as a real copy error would
  * surface at the stream synchronisation. */
 extern int park_fail_stage;
+
+/* Test hook: when 1, park_new on the CPU backend takes one malloc'd block
+ * and the arena, as the CUDA backend does with its pinned block, so the CPU
+ * suites run the arena path of the engine too. */
+extern int park_arena_on_cpu;
 
 /* ---- the copy backends (engine/park.c, engine/park_cuda.c) -------------- */
 
@@ -128,6 +140,10 @@ void park_cuda_thread_fini(void);
 /* Create the calling worker's stream for a stage's card at start, so the
  * first copy does not pay for it (for the engine's worker_init hook). */
 int park_cuda_worker_init(int dev, strata_error *err);
+/* One portable pinned block of `bytes` (the cache's arena), freed with
+ * park_cuda_host_free; STRATA_E_DEVICE naming CUDA's reason on failure. */
+int park_cuda_host_pin(size_t bytes, void **out, strata_error *err);
+/* The fallback: cudaHostAlloc / cudaFreeHost per part. */
 convcache_allocator park_cuda_host_allocator(void);
 void *park_cuda_host_alloc(size_t bytes);
 void park_cuda_host_free(void *p);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/arena.h"
 #include "cache/convcache.h"
 #include "engine/engine_internal.h"
 #include "engine/park.h"
@@ -53,6 +54,26 @@ static strata_park *open_park(strata_engine *e, size_t mib, int slots)
     ck_assert_msg(p != NULL, "park_new: %s", err.msg);
     park_set_verify(p, 1);
     return p;
+}
+
+/* With the arena (on), every live cache byte is carved from the park's one
+ * block: the arena's used bytes (parts rounded up to 64) cover the
+ * cache's, and its bookkeeping holds.  Off: no arena at all. */
+static void assert_arena_holds_cache(strata_park *pk, int on)
+{
+    arena *a = park_arena(pk);
+    if (!on) {
+        ck_assert_ptr_null(a);
+        return;
+    }
+    ck_assert_ptr_nonnull(a);
+    convcache_stats cs;
+    convcache_get_stats(park_cache(pk), &cs);
+    ck_assert_uint_ge(arena_used(a), cs.bytes_used);
+    ck_assert_uint_le(arena_used(a), cs.bytes_used + 64 * 4 * 64); /* < 64 per part */
+    ck_assert_uint_eq(a->bytes, cs.bytes_max);
+    const char *why = NULL;
+    ck_assert_msg(arena_check(a, &why) == 0, "%s", why);
 }
 
 static void rand_tokens(int32_t *t, int n, uint64_t seed)
@@ -188,6 +209,7 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
 
 START_TEST(park_roundtrip_fresh_and_reused)
 {
+    park_arena_on_cpu = _i; /* 1: the cache in one block, as on CUDA */
     strata_engine *e = open_engine("1,2,3", 4096);
     strata_park *pk = open_park(e, 64, 16);
     int32_t t[1100];
@@ -243,6 +265,7 @@ START_TEST(park_roundtrip_fresh_and_reused)
     ck_assert_int_eq(got, 0);
     ck_assert_int_eq(strata_seq_len(d), 0);
     ck_assert_int_eq(convcache_check(park_cache(pk), &err), 0);
+    assert_arena_holds_cache(pk, _i);
 
     strata_seq_free(a);
     strata_seq_free(b);
@@ -250,6 +273,7 @@ START_TEST(park_roundtrip_fresh_and_reused)
     strata_seq_free(d);
     park_free(pk);
     strata_close(e);
+    park_arena_on_cpu = 0;
 }
 END_TEST
 
@@ -366,6 +390,7 @@ END_TEST
 
 START_TEST(park_eviction_respects_budgets)
 {
+    park_arena_on_cpu = _i; /* 1: the cache in one block, as on CUDA */
     strata_engine *e = open_engine("1,2,3", 4096);
     size_t tb = 0;
     int32_t t[600];
@@ -424,9 +449,11 @@ START_TEST(park_eviction_respects_budgets)
     ck_assert_int_eq(park_capture(pk, big, 0, NULL, &err), STRATA_E_LIMIT);
     convcache_get_stats(park_cache(pk), &cs);
     ck_assert_int_eq(cs.images, before);
+    assert_arena_holds_cache(pk, _i);
     strata_seq_free(big);
     park_free(pk);
     strata_close(e);
+    park_arena_on_cpu = 0;
 }
 END_TEST
 
@@ -600,10 +627,10 @@ static Suite *park_suite(void)
     Suite *s = suite_create("park");
     TCase *tc = tcase_create("park");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, park_roundtrip_fresh_and_reused);
+    tcase_add_loop_test(tc, park_roundtrip_fresh_and_reused, 0, 2);
     tcase_add_test(tc, park_continue_greedy_serial_parallel);
     tcase_add_test(tc, park_turn2_matches_unparked);
-    tcase_add_test(tc, park_eviction_respects_budgets);
+    tcase_add_loop_test(tc, park_eviction_respects_budgets, 0, 2);
     tcase_add_test(tc, park_stage_failure_no_torn_image);
     tcase_add_test(tc, park_shuttle_session_slot_session);
     tcase_add_test(tc, park_one_stage);
