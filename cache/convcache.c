@@ -12,67 +12,12 @@
  * Everything is small in number (at most max_images images, a handful of
  * spans each), so lookups and budget checks walk the lists. */
 #include "convcache.h"
+#include "convcache_internal.h"
 
 #include "xxh64.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct span_part {
-    void *data;          /* owned; NULL when bytes == 0 */
-    size_t bytes;
-    uint64_t sum;        /* xxh64 of data, valid once sealed */
-    int sealed;
-} span_part;
-
-typedef struct span {
-    int32_t t0, t1;      /* tokens [t0, t1) */
-    int refs;            /* images and captures holding it */
-    size_t bytes;        /* sum of part[].bytes */
-    unsigned mark;       /* walk epoch, see mark_span */
-    int seen;            /* references counted by convcache_check */
-    span_part part[];    /* [n_stages] */
-} span;
-
-struct convcache_image {
-    convcache *owner;
-    int32_t *tokens;     /* [n_tokens] */
-    int n_tokens;
-    int32_t pos;
-    uint64_t key;        /* token_hash of tokens */
-    int n_spans;
-    span **spans;        /* [n_spans], covering [0, n_tokens) in order */
-    int committed;
-    int pins;
-    convcache_image *newer, *older;   /* LRU list links when committed */
-};
-
-struct convcache_capture {
-    convcache_image *img;
-    span *fresh;                      /* img->spans[n_spans - 1] */
-    size_t reused;                    /* prefix bytes shared, all stages */
-    convcache_capture *prev, *next;   /* captures in flight */
-};
-
-struct convcache {
-    int n_stages;
-    size_t max_bytes;
-    int max_images;
-    int skip_checksums;
-    convcache_allocator al;
-
-    size_t bytes_used;                /* live spans' bytes */
-    int n_images;                     /* committed */
-    int n_captures;                   /* in flight */
-    convcache_image *newest, *oldest; /* LRU list */
-    convcache_capture *captures;
-
-    unsigned epoch;                   /* for mark_span walks */
-    convcache_image **scratch;        /* find's candidates */
-    int scratch_cap;
-
-    uint64_t hits, misses, evictions, commits, aborts, bytes_reused;
-};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -91,7 +36,7 @@ static void default_free(void *ptr, void *ctx)
 /* The lookup key: a running hash over the token ids, so find can advance
  * one hash along the query and compare it at every cached length.  Equal
  * keys are confirmed with memcmp; a collision costs a compare, no more. */
-static const uint64_t TOKEN_HASH_SEED = 0xcbf29ce484222325ull;
+const uint64_t CONVCACHE_HASH_SEED = 0xcbf29ce484222325ull;
 
 static uint64_t token_hash_step(uint64_t h, int32_t t)
 {
@@ -100,7 +45,7 @@ static uint64_t token_hash_step(uint64_t h, int32_t t)
     return h ^ (h >> 29);
 }
 
-static uint64_t token_hash(const int32_t *tokens, int from, int to,
+uint64_t convcache_token_hash(const int32_t *tokens, int from, int to,
                            uint64_t h)
 {
     for (int i = from; i < to; i++)
@@ -338,11 +283,11 @@ int convcache_find(convcache *c, const int32_t *tokens, int n_tokens,
         qsort(c->scratch, (size_t)n, sizeof *c->scratch, by_length);
 
     convcache_image *best = NULL;
-    uint64_t h = TOKEN_HASH_SEED;
+    uint64_t h = CONVCACHE_HASH_SEED;
     int hashed = 0;
     for (int i = 0; i < n; i++) {
         convcache_image *cand = c->scratch[i];
-        h = token_hash(tokens, hashed, cand->n_tokens, h);
+        h = convcache_token_hash(tokens, hashed, cand->n_tokens, h);
         hashed = cand->n_tokens;
         if (h == cand->key && same_tokens(cand, tokens, n_tokens))
             best = cand;
@@ -371,7 +316,7 @@ void convcache_unpin(convcache_image *img)
 
 /* ---- room for a capture ------------------------------------------------- */
 
-static size_t mark_image(convcache *c, const convcache_image *img)
+size_t convcache_mark_image(convcache *c, const convcache_image *img)
 {
     size_t bytes = 0;
     for (int i = 0; i < img->n_spans; i++) {
@@ -391,15 +336,15 @@ static void room_floor(convcache *c, const convcache_image *self,
                        size_t *bytes, int *images)
 {
     c->epoch++;
-    *bytes = mark_image(c, self);
+    *bytes = convcache_mark_image(c, self);
     *images = 0;
     for (convcache_image *it = c->newest; it; it = it->older)
         if (it->pins > 0) {
-            *bytes += mark_image(c, it);
+            *bytes += convcache_mark_image(c, it);
             (*images)++;
         }
     for (convcache_capture *cap = c->captures; cap; cap = cap->next) {
-        *bytes += mark_image(c, cap->img);
+        *bytes += convcache_mark_image(c, cap->img);
         (*images)++;
     }
 }
@@ -530,7 +475,7 @@ static convcache_image *image_new(convcache *c, const int32_t *tokens,
     img->owner = c;
     img->n_tokens = n_tokens;
     img->pos = pos;
-    img->key = token_hash(tokens, 0, n_tokens, TOKEN_HASH_SEED);
+    img->key = convcache_token_hash(tokens, 0, n_tokens, CONVCACHE_HASH_SEED);
     int n_prefix = prefix ? prefix->n_spans : 0;
     img->tokens = malloc((size_t)n_tokens * sizeof *tokens);
     img->spans = calloc((size_t)n_prefix + 1, sizeof *img->spans);
@@ -786,124 +731,4 @@ void convcache_get_stats(const convcache *c, convcache_stats *st)
     st->commits = c->commits;
     st->aborts = c->aborts;
     st->bytes_reused = c->bytes_reused;
-}
-
-static int check_image(const convcache *c, const convcache_image *img,
-                       int committed, strata_error *err)
-{
-    if (img->owner != c || img->committed != committed)
-        return strata_err(err, STRATA_E_FORMAT, "image owner/state wrong");
-    if (img->key != token_hash(img->tokens, 0, img->n_tokens, TOKEN_HASH_SEED))
-        return strata_err(err, STRATA_E_FORMAT, "image key does not match tokens");
-    int32_t t = 0;
-    for (int i = 0; i < img->n_spans; i++) {
-        if (img->spans[i]->t0 != t || img->spans[i]->t1 < t)
-            return strata_err(err, STRATA_E_FORMAT,
-                              "image of %d tokens: span %d covers %d..%d, "
-                              "expected to start at %d", img->n_tokens, i,
-                              (int)img->spans[i]->t0, (int)img->spans[i]->t1,
-                              (int)t);
-        t = img->spans[i]->t1;
-    }
-    if (t != img->n_tokens)
-        return strata_err(err, STRATA_E_FORMAT,
-                          "image of %d tokens: spans end at %d", img->n_tokens,
-                          (int)t);
-    return 0;
-}
-
-/* Apply fn to every span of every image and capture. */
-static void each_span(convcache *c, void (*fn)(convcache *, span *))
-{
-    for (convcache_image *it = c->newest; it; it = it->older)
-        for (int i = 0; i < it->n_spans; i++)
-            fn(c, it->spans[i]);
-    for (convcache_capture *cap = c->captures; cap; cap = cap->next)
-        for (int i = 0; i < cap->img->n_spans; i++)
-            fn(c, cap->img->spans[i]);
-}
-
-static void span_reset_seen(convcache *c, span *s)
-{
-    (void)c;
-    s->seen = 0;
-}
-
-static void span_count_seen(convcache *c, span *s)
-{
-    (void)c;
-    s->seen++;
-}
-
-static int check_refs(const convcache_image *img, strata_error *err)
-{
-    for (int i = 0; i < img->n_spans; i++) {
-        const span *s = img->spans[i];
-        if (s->seen != s->refs)
-            return strata_err(err, STRATA_E_FORMAT,
-                              "span %d..%d: %d references, %d held",
-                              (int)s->t0, (int)s->t1, s->refs, s->seen);
-    }
-    return 0;
-}
-
-int convcache_check(convcache *c, strata_error *err)
-{
-    if (!c)
-        return strata_err(err, STRATA_E_ARG, "conversation cache: NULL");
-    int n = 0;
-    const convcache_image *newer = NULL;
-    for (convcache_image *it = c->newest; it; it = it->older, n++) {
-        if (it->newer != newer)
-            return strata_err(err, STRATA_E_FORMAT, "LRU list link broken at %d", n);
-        int rc = check_image(c, it, 1, err);
-        if (rc)
-            return rc;
-        newer = it;
-    }
-    if (c->oldest != newer || n != c->n_images)
-        return strata_err(err, STRATA_E_FORMAT,
-                          "LRU list holds %d images, count says %d", n, c->n_images);
-    int n_cap = 0;
-    for (convcache_capture *cap = c->captures; cap; cap = cap->next, n_cap++) {
-        int rc = check_image(c, cap->img, 0, err);
-        if (rc)
-            return rc;
-        if (cap->fresh != cap->img->spans[cap->img->n_spans - 1])
-            return strata_err(err, STRATA_E_FORMAT, "capture's new span misplaced");
-    }
-    if (n_cap != c->n_captures)
-        return strata_err(err, STRATA_E_FORMAT,
-                          "%d captures listed, count says %d", n_cap, c->n_captures);
-
-    /* Reference counts and unique bytes. */
-    each_span(c, span_reset_seen);
-    each_span(c, span_count_seen);
-    c->epoch++;
-    size_t bytes = 0;
-    for (convcache_image *it = c->newest; it; it = it->older)
-        bytes += mark_image(c, it);
-    for (convcache_capture *cap = c->captures; cap; cap = cap->next)
-        bytes += mark_image(c, cap->img);
-    for (convcache_image *it = c->newest; it; it = it->older) {
-        int rc = check_refs(it, err);
-        if (rc)
-            return rc;
-    }
-    for (convcache_capture *cap = c->captures; cap; cap = cap->next) {
-        int rc = check_refs(cap->img, err);
-        if (rc)
-            return rc;
-    }
-    if (bytes != c->bytes_used)
-        return strata_err(err, STRATA_E_FORMAT,
-                          "spans hold %zu bytes, count says %zu", bytes,
-                          c->bytes_used);
-    if (c->bytes_used > c->max_bytes)
-        return strata_err(err, STRATA_E_FORMAT, "%zu bytes used over a budget of %zu",
-                          c->bytes_used, c->max_bytes);
-    if (c->n_images + c->n_captures > c->max_images)
-        return strata_err(err, STRATA_E_FORMAT, "%d images + %d captures over a "
-                          "budget of %d", c->n_images, c->n_captures, c->max_images);
-    return 0;
 }
