@@ -294,6 +294,13 @@ int cmd_chat(int argc, char **argv)
     int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
     if (st >= 0)
         return st;
+    if (o.n_predict == 0) {
+        /* the scheduler reads max_tokens <= 0 as "no limit": say so rather
+         * than answer without one */
+        fprintf(stderr, "strata-cli chat: -n 0 would answer nothing; -n -1 (the default) means "
+                        "no limit\n");
+        return 2;
+    }
     if (cli_opts_default_model(&o, "chat"))
         return 1;
     o.chat = 1;

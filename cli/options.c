@@ -190,6 +190,8 @@ void cli_opts_help(FILE *f)
             "model and engine:\n"
             "  -m, --model FILE        GGUF model (default: the demo model, `make model`)\n"
             "  -c, --ctx-size N        context per conversation (default: min(model, 4096))\n"
+            "  -n, --n-predict N       tokens to generate at most (default -1: until a stop\n"
+            "                          token or the context is full)\n"
             "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
             "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0)\n"
             "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"

@@ -177,6 +177,18 @@ START_TEST(sigint_cancels_the_answer)
 }
 END_TEST
 
+/* -n 0 is refused: the scheduler reads max_tokens <= 0 as no limit. */
+START_TEST(n_zero_is_a_clear_error)
+{
+    NEED_CLI();
+    char *out = NULL;
+    int rc = test_runf(&out, "'%s' chat -m '%s' -n 0 </dev/null 2>&1", cli, tiny_model());
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(out, "-n 0") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 static Suite *chat_cli_suite(void)
 {
     Suite *s = suite_create("chat_cli");
@@ -185,6 +197,7 @@ static Suite *chat_cli_suite(void)
     tcase_add_test(tc, followup_reuses_previous_turn);
     tcase_add_test(tc, cache_off_same_answers);
     tcase_add_test(tc, sigint_cancels_the_answer);
+    tcase_add_test(tc, n_zero_is_a_clear_error);
     suite_add_tcase(s, tc);
     return s;
 }
