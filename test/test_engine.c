@@ -339,9 +339,12 @@ END_TEST
  * weigh the same, shares 3:1 put three layers on stage 0, 1:3 one. */
 START_TEST(auto_split_follows_shares)
 {
+    static const char *path; /* test_tiny_llama's path lives as long as the process */
+    if (!path)
+        path = test_tiny_llama("split-llama", 512, 7);
     model *m = NULL;
     strata_error err = {0};
-    ck_assert_msg(model_load(test_tiny_llama("split-llama", 512, 7), &m, &err) == 0, "%s", err.msg);
+    ck_assert_msg(model_load(path, &m, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(m->hp.n_layer, 4);
     static const struct {
         int n;
