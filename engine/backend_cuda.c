@@ -305,18 +305,23 @@ static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, cudaEvent_t ev,
     CUDA_CHECK(err, cudaEventRecord(ev, a->compute));
     CUDA_CHECK(err, cudaSetDevice(b->dev));
     CUDA_CHECK(err, cudaStreamWaitEvent(b->compute, ev, 0));
-    if (a->dev == b->dev) {
+    if (a->dev == b->dev && !ce->force_bounce) {
         CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->compute));
-    } else if (ce->peer_ok) {
+    } else if (ce->peer_ok && !ce->force_bounce) {
         CUDA_CHECK(err, cudaMemcpyPeerAsync(dst, b->dev, src, a->dev, bytes, b->compute));
     } else {
         /* The host waits for a's stream here, which also holds back the
-         * batch groups after this one (peer copies do not). */
+         * batch groups after this one (peer copies do not).  And before it
+         * refills the bounce, for b's previous upload from it: a call that
+         * does not synchronise (a prompt chunk before the last) returns
+         * with that upload possibly still queued on b's stream. */
+        CUDA_CHECK(err, cudaEventSynchronize(b->bounce_free));
         CUDA_CHECK(err, cudaSetDevice(a->dev));
         CUDA_CHECK(err, cudaMemcpyAsync(bounce, src, bytes, cudaMemcpyDeviceToHost, a->compute));
         CUDA_CHECK(err, cudaStreamSynchronize(a->compute));
         CUDA_CHECK(err, cudaSetDevice(b->dev));
         CUDA_CHECK(err, cudaMemcpyAsync(dst, bounce, bytes, cudaMemcpyHostToDevice, b->compute));
+        CUDA_CHECK(err, cudaEventRecord(b->bounce_free, b->compute));
     }
     return 0;
 }

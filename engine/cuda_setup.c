@@ -273,6 +273,7 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
         return rc;
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_in, in_bytes));
     CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->in_free, cudaEventDisableTiming));
+    CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->bounce_free, cudaEventDisableTiming));
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
@@ -402,6 +403,8 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
             return rc;
         ce->total_bytes += ((cuda_stage *)e->stages[i].cuda)->weight_bytes;
     }
+    const char *fb = getenv("STRATA_FORCE_BOUNCE");
+    ce->force_bounce = fb && *fb && strcmp(fb, "0") != 0;
     /* Peer access between consecutive stages on different cards. */
     for (int i = 0; i + 1 < e->n_stages; i++) {
         int a = e->stages[i].device, b = e->stages[i + 1].device, can = 0;
@@ -437,7 +440,10 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
         int multi = 0;
         for (int i = 0; i + 1 < e->n_stages; i++)
             multi |= e->stages[i].device != e->stages[i + 1].device;
-        if (multi)
+        if (ce->force_bounce && e->n_stages > 1)
+            fprintf(stderr, "strata: hidden state crosses stages by pinned host memory "
+                            "(STRATA_FORCE_BOUNCE)\n");
+        else if (multi)
             fprintf(stderr, "strata: hidden state crosses cards by %s\n",
                     ce->peer_ok ? "peer copies" : "pinned host memory");
     }
@@ -489,6 +495,8 @@ void cuda_engine_free(strata_engine *e)
             cudaEventDestroy(cs->done);
         if (cs->in_free)
             cudaEventDestroy(cs->in_free);
+        if (cs->bounce_free)
+            cudaEventDestroy(cs->bounce_free);
         if (cs->compute)
             cudaStreamDestroy(cs->compute);
         if (cs->copy)

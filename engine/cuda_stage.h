@@ -60,6 +60,9 @@ typedef struct cuda_stage {
     void *mm_scratch, *att_scratch;
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
+    cudaEvent_t bounce_free;     /* on this (receiving) stage's card: recorded after
+                                  * its upload from the previous stage's h_x, which
+                                  * the host waits on before refilling that h_x */
     cudaEvent_t done;            /* recorded when the stage's work is queued */
     cudaGraphExec_t graph[MAX_GRAPH_ROWS + 1]; /* decode steps by row count */
     /* batch groups (n_groups > 1 only): */
@@ -76,6 +79,8 @@ typedef struct cuda_engine {
                                   * with a split, else 1 */
     uint64_t total_bytes;
     int peer_ok;                 /* all consecutive cross-card pairs have peer access */
+    int force_bounce;            /* STRATA_FORCE_BOUNCE=1: every crossing through pinned
+                                  * host memory, also on one card (to test that path) */
     float *h_logits;             /* pinned, max_rows x n_vocab */
     float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
     int32_t *h_next, *d_next;    /* [max_rows] sampled ids */

@@ -191,6 +191,17 @@ static void gpu_invariance(const char *path, int n_layers)
         free(lg);
         strata_close(e);
     }
+    /* The crossing through pinned host memory (cards without peer access),
+     * forced on one card; chunks of 5 leave uploads from the bounce queued
+     * while the next chunk refills it (cross(), bounce_free). */
+    setenv("STRATA_FORCE_BOUNCE", "1", 1);
+    strata_engine *eb = open_on(path, STRATA_BACKEND_CUDA, split3, 1, 5);
+    unsetenv("STRATA_FORCE_BOUNCE");
+    float *lb = all_logits(eb, ids, n);
+    ck_assert_msg(!memcmp(lb, ref, sizeof(float) * (size_t)n * V),
+                  "%s: split %s through host memory changed the logits", path, split3);
+    free(lb);
+    strata_close(eb);
     /* Batch: 4 sequences decoding together equal their solo steps. */
     strata_error err = {0};
     strata_engine *e = open_on(path, STRATA_BACKEND_CUDA, split2, 4, 256);
