@@ -237,7 +237,7 @@ static int capture(strata_engine *e, const stage *st, cuda_stage *cs, const call
 static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
                      strata_error *err)
 {
-    if (!c->decode || c->n > MAX_GRAPH_ROWS || getenv("STRATA_NO_GRAPHS"))
+    if (!c->decode || c->n > MAX_GRAPH_ROWS || ((cuda_engine *)e->cuda)->no_graphs)
         return stage_kernels(e, st, cs, c, err);
     if (!cs->graph[c->n]) {
         int rc = capture(e, st, cs, c, &cs->graph[c->n], err);
@@ -363,7 +363,7 @@ static cuda_stage group_view(const cuda_stage *cs, int64_t D, int64_t V, int off
 static int group_run(strata_engine *e, const stage *st, cuda_stage *cs, cuda_stage *v,
                      const call *c, int off, int blk, strata_error *err)
 {
-    if (c->n > MAX_GRAPH_ROWS || getenv("STRATA_NO_GRAPHS"))
+    if (c->n > MAX_GRAPH_ROWS || ((cuda_engine *)e->cuda)->no_graphs)
         return stage_kernels(e, st, v, c, err);
     if (off == 0 && blk == 0)
         return stage_run(e, st, cs, c, err); /* the same pointers as a whole step of c->n rows */

@@ -91,6 +91,13 @@ void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h)
     h->ctx = e;
 }
 
+/* A debugging/measuring switch: set, and not "0".  Read once, at start. */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 /* ---- upload -------------------------------------------------------------- */
 
 static int upload_vec(const float *src, int64_t n, float **dst, int dev, strata_error *err)
@@ -176,8 +183,7 @@ static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const 
                           const char *name, dweight *dw, strata_error *err)
 {
     memset(dw, 0, sizeof *dw);
-    const char *off = getenv("STRATA_NO_FUSE");
-    if (off && *off && strcmp(off, "0"))
+    if (env_on("STRATA_NO_FUSE"))
         return 0;
     int64_t rows = 0;
     for (int i = 0; i < np; i++) {
@@ -403,8 +409,8 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
             return rc;
         ce->total_bytes += ((cuda_stage *)e->stages[i].cuda)->weight_bytes;
     }
-    const char *fb = getenv("STRATA_FORCE_BOUNCE");
-    ce->force_bounce = fb && *fb && strcmp(fb, "0") != 0;
+    ce->force_bounce = env_on("STRATA_FORCE_BOUNCE");
+    ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */
     /* Peer access between consecutive stages on different cards. */
     for (int i = 0; i + 1 < e->n_stages; i++) {
         int a = e->stages[i].device, b = e->stages[i + 1].device, can = 0;

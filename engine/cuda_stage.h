@@ -79,6 +79,7 @@ typedef struct cuda_engine {
                                   * with a split, else 1 */
     uint64_t total_bytes;
     int peer_ok;                 /* all consecutive cross-card pairs have peer access */
+    int no_graphs;               /* STRATA_NO_GRAPHS set: decode steps launch kernels */
     int force_bounce;            /* STRATA_FORCE_BOUNCE=1: every crossing through pinned
                                   * host memory, also on one card (to test that path) */
     float *h_logits;             /* pinned, max_rows x n_vocab */
