@@ -107,15 +107,17 @@ static summary summarize(samples *s)
 
 /* ---- the limit --------------------------------------------------------------------- */
 
-/* Slowest stage's pinned D2H bandwidth (GB/s); CPU: one thread's memcpy. */
-static int measure_d2h(strata_engine *e, double *gbps, strata_error *err)
+/* The slowest card's pinned bandwidth (GB/s), device to host when to_host,
+ * else host to device; CPU: one thread's memcpy (either way). */
+static int measure_link(strata_engine *e, int to_host, double *gbps, strata_error *err)
 {
 #ifdef STRATA_CUDA
     if (e->backend == STRATA_BACKEND_CUDA) {
         double worst = 0;
         for (int i = 0; i < e->n_stages; i++) {
             double g;
-            int rc = park_cuda_bandwidth(e->stages[i].device, (size_t)1 << 30, 1, 5, &g, err);
+            int rc = park_cuda_bandwidth(e->stages[i].device, (size_t)1 << 30, to_host, 5, &g,
+                                         err);
             if (rc)
                 return rc;
             if (!worst || g < worst)
@@ -125,6 +127,7 @@ static int measure_d2h(strata_engine *e, double *gbps, strata_error *err)
         return 0;
     }
 #endif
+    (void)to_host;
     (void)e;
     size_t n = (size_t)256 << 20;
     char *a = malloc(n), *b = malloc(n);
@@ -156,7 +159,10 @@ typedef struct bench {
     strata_engine *e;
     strata_park *pk;
     samples s[2][N_METRIC];     /* [serial][metric] */
-    size_t token_bytes, worst_stage_token_bytes;
+    size_t token_bytes;
+    /* K/V bytes per token that cross the busiest card's host link: stages
+     * on one card share it, stages on different cards copy side by side */
+    size_t card_token_bytes;
     int op;                     /* alternates which mode goes first */
 } bench;
 
@@ -342,17 +348,20 @@ int bench_conversations(int argc, char **argv)
     }
     strata_engine *e = b.e;
     for (int i = 0; i < e->n_stages; i++) {
-        size_t tb = kv_page_bytes(e->stages[i].kv) / KV_PAGE;
-        b.token_bytes += tb;
-        if (tb > b.worst_stage_token_bytes)
-            b.worst_stage_token_bytes = tb;
+        b.token_bytes += kv_page_bytes(e->stages[i].kv) / KV_PAGE;
+        size_t card = 0;
+        for (int k = 0; k < e->n_stages; k++)
+            if (e->stages[k].device == e->stages[i].device)
+                card += kv_page_bytes(e->stages[k].kv) / KV_PAGE;
+        if (card > b.card_token_bytes)
+            b.card_token_bytes = card;
     }
     if (!mib) /* every conversation, plus room for a dry capture, plus 10 % */
         mib = (long)((double)b.token_bytes * ((double)clients * tokens * 1.1 + tokens) /
                      1048576.0) + 16;
     b.pk = park_new(e, (size_t)mib, slots, &err);
-    double d2h = 0;
-    if (!b.pk || measure_d2h(e, &d2h, &err)) {
+    double d2h = 0, h2d = 0;
+    if (!b.pk || measure_link(e, 1, &d2h, &err) || measure_link(e, 0, &h2d, &err)) {
         fprintf(stderr, "strata-cli bench: %s\n", err.msg);
         park_free(b.pk);
         strata_close(e);
@@ -402,9 +411,11 @@ int bench_conversations(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "strata-cli bench --conversations: %s\n", err.msg);
     } else {
-        /* the copy's floor per 100K tokens: the slowest stage's bytes over
-         * the measured bandwidth (stages copy at the same time) */
-        double floor_ms = (double)b.worst_stage_token_bytes * 100000.0 / (d2h * 1e9) * 1e3;
+        /* the copy's floor per 100K tokens: the busiest card's bytes over
+         * its measured bandwidth (cards copy at the same time); D2H for
+         * captures and the shuttle, H2D for restores */
+        double floor_ms = (double)b.card_token_bytes * 100000.0 / (d2h * 1e9) * 1e3;
+        double floor_h2d_ms = (double)b.card_token_bytes * 100000.0 / (h2d * 1e9) * 1e3;
         summary sm[2][N_METRIC];
         for (int m = 0; m < 2; m++)
             for (int k = 0; k < N_METRIC; k++)
@@ -414,9 +425,11 @@ int bench_conversations(int argc, char **argv)
         if (json) {
             printf("{\"model\": \"%s\", \"backend\": \"%s\", \"stages\": %d, \"clients\": %d, "
                    "\"rounds\": %d, \"tokens\": %d, \"kv_bytes_per_token\": %zu, "
-                   "\"d2h_gbps\": %.3f, \"floor_ms_per_100k\": %.3f, \"metrics\": {",
+                   "\"d2h_gbps\": %.3f, \"h2d_gbps\": %.3f, \"floor_ms_per_100k\": %.3f, "
+                   "\"floor_h2d_ms_per_100k\": %.3f, \"metrics\": {",
                    o.ep.model_path, strata_backend(e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu",
-                   e->n_stages, clients, rounds, tokens, b.token_bytes, d2h, floor_ms);
+                   e->n_stages, clients, rounds, tokens, b.token_bytes, d2h, h2d, floor_ms,
+                   floor_h2d_ms);
             for (int k = 0; k < N_METRIC; k++)
                 for (int m = 0; m < 2; m++) {
                     summary *s = &sm[m][k];
@@ -432,11 +445,12 @@ int bench_conversations(int argc, char **argv)
                    (unsigned long long)cs.hits, (unsigned long long)cs.evictions,
                    (unsigned long long)cs.bytes_reused);
         } else {
-            printf("pinned D2H limit: %.2f GB/s (%s) -> floor %.2f ms per 100K tokens "
-                   "(slowest stage: %.1f KiB/token)\n", d2h,
-                   strata_backend(e) == STRATA_BACKEND_CUDA ? "cudaMemcpyAsync 1 GiB, slowest card"
-                                                            : "host memcpy, one thread",
-                   floor_ms, b.worst_stage_token_bytes / 1024.0);
+            const char *how = strata_backend(e) == STRATA_BACKEND_CUDA
+                                  ? "cudaMemcpyAsync 1 GiB, slowest card"
+                                  : "host memcpy, one thread";
+            printf("pinned D2H limit: %.2f GB/s, H2D %.2f GB/s (%s) -> floor %.2f / %.2f ms per "
+                   "100K tokens (busiest card: %.1f KiB/token)\n", d2h, h2d, how, floor_ms,
+                   floor_h2d_ms, b.card_token_bytes / 1024.0);
             printf("ms per 100K tokens copied        parallel  n   median     mean      p90"
                    "      max    GB/s  x floor\n");
             for (int k = 0; k < N_METRIC; k++)
@@ -444,7 +458,8 @@ int bench_conversations(int argc, char **argv)
                     summary *s = &sm[m][k];
                     printf("%-32s %8d %3d %8.2f %8.2f %8.2f %8.2f %7.2f %7.2f\n",
                            m ? "" : metric_name[k], !m, s->n, s->median, s->mean, s->p90,
-                           s->max, s->gbps, s->n ? s->median / floor_ms : 0);
+                           s->max, s->gbps,
+                           s->n ? s->median / (k == M_RESTORE ? floor_h2d_ms : floor_ms) : 0);
                 }
             printf("follow-up of %d tokens after %d: first token restored %.1f ms, re-read %.1f "
                    "ms (%.1fx sooner)\n", followup, tokens, ttft_restored * 1e3,

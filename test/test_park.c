@@ -15,6 +15,8 @@
 #include "cache/convcache.h"
 #include "engine/engine_internal.h"
 #include "engine/park.h"
+#include "engine/park_stage.h"
+#include "park_testutil.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
 
@@ -76,6 +78,15 @@ static void assert_arena_holds_cache(strata_park *pk, int on)
     ck_assert_msg(arena_check(a, &why) == 0, "%s", why);
 }
 
+/* The staged copier (park_stage.h) on the CPU: on, tiny odd sizes (a
+ * chunk of 3000 bytes, 7 pieces per flush) so chunks split pieces and rows,
+ * and flushes happen mid-span; off, the direct copies. */
+static void stage_tiny(int on)
+{
+    park_stage_test_bytes = on ? 3000 : 0;
+    park_stage_test_pieces = on ? 7 : 0;
+}
+
 static void rand_tokens(int32_t *t, int n, uint64_t seed)
 {
     uint64_t s = seed;
@@ -109,57 +120,16 @@ static void greedy(strata_seq *s, float *logits, int n, int32_t *out)
     }
 }
 
-/* ---- plain readers of the pools ---------------------------------------------- */
+/* ---- plain readers of the pools (park_testutil.h) --------------------------- */
 
-static size_t rowb(const kv_pool *p, int b)
-{
-    return kv_page_buf_bytes(p, b) / ((size_t)p->n_kv_head * KV_PAGE);
-}
-
-static const char *tok_row(const kv_pool *p, const int32_t *pages, int l, int b, int h, int t)
-{
-    return (const char *)kv_page_ptr(p, l, b, pages[t / KV_PAGE]) +
-           ((size_t)h * KV_PAGE + t % KV_PAGE) * rowb(p, b);
-}
-
-/* The span [t0, t1) of stage i as park.h describes it, one row at a time. */
 static char *ref_span(const strata_seq *s, int stage, int t0, int t1, size_t *bytes)
 {
-    const kv_pool *p = s->e->stages[stage].kv;
-    size_t per_tok = kv_page_bytes(p) / KV_PAGE;
-    char *out = malloc(per_tok * (size_t)(t1 - t0) + 1), *w = out;
-    for (int l = 0; l < p->n_layer; l++)
-        for (int b = 0; b < 4; b++) {
-            size_t r = rowb(p, b);
-            if (!r)
-                continue;
-            for (int k = t0 / KV_PAGE; k * KV_PAGE < t1; k++) {
-                int a = t0 > k * KV_PAGE ? t0 : k * KV_PAGE;
-                int z = t1 < (k + 1) * KV_PAGE ? t1 : (k + 1) * KV_PAGE;
-                for (int h = 0; h < p->n_kv_head; h++)
-                    for (int t = a; t < z; t++, w += r)
-                        memcpy(w, tok_row(p, s->kv[stage].pages, l, b, h, t), r);
-            }
-        }
-    *bytes = (size_t)(w - out);
-    return out;
+    return park_ref_span(s->e->stages[stage].kv, s->kv[stage].pages, t0, t1, bytes);
 }
 
-/* Every K/V row of tokens [0, n) of a stage, in token order. */
 static char *dump_stage(const strata_seq *s, int stage, int n, size_t *bytes)
 {
-    const kv_pool *p = s->e->stages[stage].kv;
-    char *out = malloc(kv_page_bytes(p) / KV_PAGE * (size_t)n + 1), *w = out;
-    for (int l = 0; l < p->n_layer; l++)
-        for (int b = 0; b < 4; b++)
-            for (int h = 0; h < p->n_kv_head; h++)
-                for (int t = 0; t < n; t++) {
-                    size_t r = rowb(p, b);
-                    memcpy(w, tok_row(p, s->kv[stage].pages, l, b, h, t), r);
-                    w += r;
-                }
-    *bytes = (size_t)(w - out);
-    return out;
+    return park_dump_stage(s->e->stages[stage].kv, s->kv[stage].pages, n, bytes);
 }
 
 static void assert_same_kv(const strata_seq *a, const strata_seq *b, int n)
@@ -209,11 +179,14 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
 
 START_TEST(park_roundtrip_fresh_and_reused)
 {
-    park_arena_on_cpu = _i; /* 1: the cache in one block, as on CUDA */
+    park_arena_on_cpu = _i & 1; /* 1: the cache in one block, as on CUDA */
+    stage_tiny(_i >> 1);
     strata_engine *e = open_engine("1,2,3", 4096);
     strata_park *pk = open_park(e, 64, 16);
     int32_t t[1100];
     rand_tokens(t, 1100, 1);
+    for (int i = 0; i < e->n_stages; i++)
+        ck_assert_int_eq(park_staged(pk, i), _i >> 1);
     strata_seq *a = new_seq(e), *c = new_seq(e), *b = new_seq(e);
     /* interleave a and c so a's pages are not consecutive: [0,1] then 4 */
     feed(a, t, 300, NULL);
@@ -265,7 +238,7 @@ START_TEST(park_roundtrip_fresh_and_reused)
     ck_assert_int_eq(got, 0);
     ck_assert_int_eq(strata_seq_len(d), 0);
     ck_assert_int_eq(convcache_check(park_cache(pk), &err), 0);
-    assert_arena_holds_cache(pk, _i);
+    assert_arena_holds_cache(pk, _i & 1);
 
     strata_seq_free(a);
     strata_seq_free(b);
@@ -274,6 +247,7 @@ START_TEST(park_roundtrip_fresh_and_reused)
     park_free(pk);
     strata_close(e);
     park_arena_on_cpu = 0;
+    stage_tiny(0);
 }
 END_TEST
 
@@ -540,6 +514,7 @@ END_TEST
 
 START_TEST(park_shuttle_session_slot_session)
 {
+    stage_tiny(_i);   /* 1: the host round trip through the staged copier */
     strata_engine *e = open_engine("1,2,3", 4096);
     strata_park *pk = open_park(e, 64, 16);
     int32_t t[400], ref[8], got_tok[8];
@@ -595,12 +570,14 @@ START_TEST(park_shuttle_session_slot_session)
     free(lg);
     park_free(pk);
     strata_close(e);
+    stage_tiny(0);
 }
 END_TEST
 
 /* One stage: no pool, the same results. */
 START_TEST(park_one_stage)
 {
+    stage_tiny(_i);
     strata_engine *e = open_engine(NULL, 4096);
     ck_assert_ptr_null(e->pool);
     strata_park *pk = open_park(e, 64, 16);
@@ -619,6 +596,7 @@ START_TEST(park_one_stage)
     strata_seq_free(r);
     park_free(pk);
     strata_close(e);
+    stage_tiny(0);
 }
 END_TEST
 
@@ -627,13 +605,13 @@ static Suite *park_suite(void)
     Suite *s = suite_create("park");
     TCase *tc = tcase_create("park");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, park_roundtrip_fresh_and_reused, 0, 2);
+    tcase_add_loop_test(tc, park_roundtrip_fresh_and_reused, 0, 4);
     tcase_add_test(tc, park_continue_greedy_serial_parallel);
     tcase_add_test(tc, park_turn2_matches_unparked);
     tcase_add_loop_test(tc, park_eviction_respects_budgets, 0, 2);
     tcase_add_test(tc, park_stage_failure_no_torn_image);
-    tcase_add_test(tc, park_shuttle_session_slot_session);
-    tcase_add_test(tc, park_one_stage);
+    tcase_add_loop_test(tc, park_shuttle_session_slot_session, 0, 2);
+    tcase_add_loop_test(tc, park_one_stage, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

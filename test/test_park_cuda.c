@@ -1,0 +1,240 @@
+/* test_park_cuda.c: suite "park_cuda" — capture, restore and the slot
+ * shuttle on the card (engine/park.c through the staged copier,
+ * engine/park_stage.h), judged byte for byte: each stage's KV pool is read
+ * back whole into a host mirror and the spans and K/V are read from it row
+ * by row (park_testutil.h), as the CPU suite "park" does on host pools.
+ * Three copiers: the card's (32 MiB chunks), tiny odd chunks (every
+ * chunking edge on the card) and the direct copies (STRATA_PARK_DIRECT=1).
+ * Then greedy tokens after a restore equal those of never having parked.
+ * A layer split "1,2,3" puts four stages on the one card. */
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef STRATA_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cache/convcache.h"
+#include "engine/engine_internal.h"
+#include "engine/park.h"
+#include "engine/park_stage.h"
+#include "kernels/ops.h"
+#include "park_testutil.h"
+
+#define N_VOCAB 512
+
+static strata_engine *open_cuda(void)
+{
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("park-cuda-llama", N_VOCAB, 9);
+    strata_params p = strata_params_default();
+    p.model_path = path;
+    p.backend = STRATA_BACKEND_CUDA;
+    p.n_ctx = 4096;
+    p.n_slots = 2;
+    p.n_chunk = 64;
+    p.layer_split = "1,2,3";
+    p.quiet = 1;
+    strata_engine *e = NULL;
+    strata_error err = {0};
+    ck_assert_msg(strata_open(&p, &e, &err) == 0, "strata_open: %s", err.msg);
+    return e;
+}
+
+/* Stage i's pool with its buffers read back into host memory. */
+static kv_pool *mirror(const strata_engine *e, int i)
+{
+    const kv_pool *p = e->stages[i].kv;
+    kv_pool *m = malloc(sizeof *m);
+    *m = *p;
+    m->buf = calloc((size_t)p->n_layer * 4, sizeof *m->buf);
+    for (int k = 0; k < p->n_layer * 4; k++) {
+        size_t bytes = kv_page_buf_bytes(p, k % 4) * (size_t)p->n_pages;
+        if (!p->buf[k] || !bytes)
+            continue;
+        m->buf[k] = malloc(bytes);
+        ck_assert(cudaMemcpy(m->buf[k], p->buf[k], bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    }
+    return m;
+}
+
+static void mirror_free(kv_pool *m)
+{
+    for (int k = 0; k < m->n_layer * 4; k++)
+        free(m->buf[k]);
+    free(m->buf);
+    free(m);
+}
+
+static void feed(strata_seq *s, const int32_t *t, int n, float *logits)
+{
+    strata_error err = {0};
+    ck_assert_msg(strata_seq_feed(s, t, n, logits, NULL, &err) == 0, "feed: %s", err.msg);
+}
+
+static void capture(strata_park *pk, strata_seq *s, int want_kind)
+{
+    strata_error err = {0};
+    int kind = -1;
+    ck_assert_msg(park_capture(pk, s, 0, &kind, &err) == 0, "capture: %s", err.msg);
+    ck_assert_int_eq(kind, want_kind);
+}
+
+/* The last span of s's image equals the rows read from the mirrors. */
+static void assert_span_matches(strata_park *pk, const strata_seq *s, int t0)
+{
+    convcache_image *img = NULL;
+    int n = s->n_tokens;
+    ck_assert_int_eq(convcache_find(park_cache(pk), s->tokens, n, &img), n);
+    strata_error err = {0};
+    ck_assert_msg(convcache_verify(img, -1, &err) == 0, "%s", err.msg);
+    int last = convcache_image_n_spans(img) - 1;
+    for (int i = 0; i < s->e->n_stages; i++) {
+        convcache_span sp;
+        ck_assert_int_eq(convcache_image_span(img, i, last, &sp, &err), 0);
+        ck_assert_int_eq(sp.t0, t0);
+        kv_pool *m = mirror(s->e, i);
+        size_t nb;
+        char *ref = park_ref_span(m, s->kv[i].pages, t0, n, &nb);
+        ck_assert_uint_eq(sp.bytes, nb);
+        ck_assert_msg(!memcmp(sp.data, ref, nb), "stage %d: span [%d, %d) differs", i, t0, n);
+        free(ref);
+        mirror_free(m);
+    }
+}
+
+static void assert_same_kv(const strata_seq *a, const strata_seq *b, int n)
+{
+    for (int i = 0; i < a->e->n_stages; i++) {
+        kv_pool *m = mirror(a->e, i);
+        size_t na, nb;
+        char *x = park_dump_stage(m, a->kv[i].pages, n, &na);
+        char *y = park_dump_stage(m, b->kv[i].pages, n, &nb);
+        ck_assert_uint_eq(na, nb);
+        ck_assert_msg(!memcmp(x, y, na), "stage %d: K/V differs", i);
+        free(x);
+        free(y);
+        mirror_free(m);
+    }
+}
+
+static void greedy(strata_seq *s, float *lg, int n, int32_t *out)
+{
+    strata_error err = {0};
+    for (int i = 0; i < n; i++) {
+        out[i] = cpu_argmax(lg, N_VOCAB);
+        ck_assert_msg(strata_seq_decode(s, out[i], lg, &err) == 0, "decode: %s", err.msg);
+    }
+}
+
+/* _i: 0 the card's stager, 1 tiny chunks, 2 direct copies. */
+START_TEST(park_cuda_roundtrip)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    park_stage_test_bytes = _i == 1 ? 3000 : 0;
+    park_stage_test_pieces = _i == 1 ? 7 : 0;
+    if (_i == 2)
+        setenv("STRATA_PARK_DIRECT", "1", 1);
+    strata_engine *e = open_cuda();
+    strata_error err = {0};
+    strata_park *pk = park_new(e, 64, 16, &err);
+    ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
+    unsetenv("STRATA_PARK_DIRECT");
+    park_set_verify(pk, 1);
+    for (int i = 0; i < e->n_stages; i++)
+        ck_assert_int_eq(park_staged(pk, i), _i != 2);
+    int32_t t[1100];
+    uint64_t seed = 5;
+    for (int i = 0; i < 1100; i++)
+        t[i] = 3 + (int32_t)(test_rand_u64(&seed) % (N_VOCAB - 3));
+    strata_seq *a = strata_seq_new(e, &err), *c = strata_seq_new(e, &err);
+    /* a and c interleave, so a's pages are not consecutive */
+    feed(a, t, 300, NULL);
+    feed(c, t + 700, 300, NULL);
+    feed(a, t + 300, 400, NULL);
+    ck_assert_int_ne(a->kv[0].pages[2], a->kv[0].pages[1] + 1);
+    capture(pk, c, PARK_CAPTURE_FRESH);
+    assert_span_matches(pk, c, 0);
+    strata_seq_truncate(a, 300);
+    capture(pk, a, PARK_CAPTURE_FRESH);
+    assert_span_matches(pk, a, 0);
+    feed(a, t + 300, 400, NULL);
+    capture(pk, a, PARK_CAPTURE_REUSED);
+    assert_span_matches(pk, a, 300);
+
+    /* restore into b (two spans), and all but the last token into d (the
+     * last span ends mid-page: a gap the restore reads but never writes) */
+    strata_seq *b = strata_seq_new(e, &err), *d = strata_seq_new(e, &err);
+    int got = -1;
+    ck_assert_int_eq(park_restore(pk, b, t, 701, &got, &err), 0);
+    ck_assert_int_eq(got, 700);
+    assert_same_kv(a, b, 700);
+    ck_assert_int_eq(park_restore(pk, d, t, 700, &got, &err), 0);
+    ck_assert_int_eq(got, 699);
+    assert_same_kv(a, d, 699);
+
+    /* the shuttle: through host memory and on the card */
+    strata_seq *f = strata_seq_new(e, &err);
+    ck_assert_int_eq(park_shuttle(pk, b, f, PARK_SHUTTLE_VIA_HOST | PARK_SHUTTLE_KEEP, &err), 0);
+    assert_same_kv(a, f, 700);
+    ck_assert_int_eq(park_shuttle(pk, f, c, 0, &err), 0);
+    assert_same_kv(a, c, 700);
+
+    /* greedy after the restore = greedy of the never-parked a */
+    float *la = malloc(sizeof(float) * N_VOCAB), *ld = malloc(sizeof(float) * N_VOCAB);
+    int32_t ta[8], td[8];
+    strata_seq_truncate(a, 699);
+    feed(a, t + 699, 1, la);
+    feed(d, t + 699, 1, ld);
+    ck_assert(!memcmp(la, ld, sizeof(float) * N_VOCAB));
+    greedy(a, la, 8, ta);
+    greedy(d, ld, 8, td);
+    ck_assert(!memcmp(ta, td, sizeof ta));
+    ck_assert_int_eq(convcache_check(park_cache(pk), &err), 0);
+    free(la);
+    free(ld);
+    strata_seq_free(a);
+    strata_seq_free(b);
+    strata_seq_free(c);
+    strata_seq_free(d);
+    strata_seq_free(f);
+    park_free(pk);
+    strata_close(e);
+    park_stage_test_bytes = 0;
+    park_stage_test_pieces = 0;
+}
+END_TEST
+
+static Suite *park_cuda_suite(void)
+{
+    Suite *s = suite_create("park_cuda");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, park_cuda_roundtrip, 0, 3);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+#else /* !STRATA_CUDA */
+
+START_TEST(park_cuda_needs_cuda)
+{
+    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+}
+END_TEST
+
+static Suite *park_cuda_suite(void)
+{
+    Suite *s = suite_create("park_cuda");
+    TCase *tc = tcase_create("gpu");
+    tcase_add_test(tc, park_cuda_needs_cuda);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+#endif
+TEST_SUITE(park_cuda_suite)
