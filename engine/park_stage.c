@@ -42,7 +42,7 @@ size_t park_stager_bytes(size_t stage_bytes, int max_pieces)
 /* ---- the two backends: where pieces, gathers and link copies go -------------- */
 
 #ifdef STRATA_CUDA
-static int cuda_alloc(park_stager *st, strata_error *err)
+static int cuda_alloc_on(park_stager *st, strata_error *err)
 {
     CUDA_CHECK(err, cudaSetDevice(st->dev));
     CUDA_CHECK(err, cudaMalloc((void **)&st->stage, st->stage_bytes));
@@ -53,9 +53,24 @@ static int cuda_alloc(park_stager *st, strata_error *err)
     return 0;
 }
 
+/* On the stage's card, leaving the calling thread's current card as it was
+ * (the orchestration thread's, which the engine relies on). */
+static int cuda_alloc(park_stager *st, strata_error *err)
+{
+    int prev = 0;
+    CUDA_CHECK(err, cudaGetDevice(&prev));
+    int rc = cuda_alloc_on(st, err);
+    cudaError_t ce = cudaSetDevice(prev);
+    if (!rc && ce != cudaSuccess)
+        rc = strata_cuda_fail(err, ce, "cudaSetDevice", __FILE__, __LINE__);
+    return rc;
+}
+
 static void cuda_release(park_stager *st)
 {
     /* best effort at teardown: nothing to report to */
+    int prev = -1;
+    cudaGetDevice(&prev);
     cudaSetDevice(st->dev);
     if (st->stage)
         cudaFree(st->stage);
@@ -65,6 +80,8 @@ static void cuda_release(park_stager *st)
         cudaFreeHost(st->pieces);
     if (st->uploaded)
         cudaEventDestroy(st->uploaded);
+    if (prev >= 0)
+        cudaSetDevice(prev);
     cudaGetLastError();
 }
 
