@@ -292,6 +292,8 @@ static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const
     return 0;
 }
 
+long long cuda_test_cross_lag = 0;
+
 /* Move rows [off, off + n) of hidden state from stage a's card to the same
  * rows of stage b's, once a's stream has done the work queued on it so far
  * (event ev, recorded here). */
@@ -305,6 +307,11 @@ static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, cudaEvent_t ev,
     CUDA_CHECK(err, cudaEventRecord(ev, a->compute));
     CUDA_CHECK(err, cudaSetDevice(b->dev));
     CUDA_CHECK(err, cudaStreamWaitEvent(b->compute, ev, 0));
+    if (cuda_test_cross_lag > 0) {
+        int rc = cuda_spin(cuda_test_cross_lag, b->compute, err);
+        if (rc)
+            return rc;
+    }
     if (a->dev == b->dev && !ce->force_bounce) {
         CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->compute));
     } else if (ce->peer_ok && !ce->force_bounce) {
@@ -323,6 +330,24 @@ static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, cudaEvent_t ev,
         CUDA_CHECK(err, cudaMemcpyAsync(dst, bounce, bytes, cudaMemcpyHostToDevice, b->compute));
         CUDA_CHECK(err, cudaEventRecord(b->bounce_free, b->compute));
     }
+    CUDA_CHECK(err, cudaEventRecord(b->x_taken, b->compute));
+    return 0;
+}
+
+/* Before stage si's stream writes its hidden state x again: the next
+ * stage's stream must have copied it (cross() records x_taken after the
+ * copy).  A prompt chunk before the last returns without synchronising,
+ * so with a split stage si can start the next chunk, and overwrite x,
+ * while the next stage's stream is still busy with the previous one and
+ * has not yet made its copy (found by bench --conversations: a 100K-token
+ * prompt read twice gave two different first tokens).  A wait on the card,
+ * across cards too; a no-op before the first crossing. */
+static int x_free(strata_engine *e, int si, strata_error *err)
+{
+    if (si + 1 >= e->n_stages)
+        return 0;
+    cuda_stage *cs = e->stages[si].cuda, *next = e->stages[si + 1].cuda;
+    CUDA_CHECK(err, cudaStreamWaitEvent(cs->compute, next->x_taken, 0));
     return 0;
 }
 
@@ -444,6 +469,8 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
                 cuda_stage *a = e->stages[si - 1].cuda;
                 rc = cross(e, a, cs, a->group_done[g], off, len, err);
             }
+            if (!rc && g == 0)
+                rc = x_free(e, si, err);
             rc = rc ? rc : group_run(e, st, cs, &v, &cg, off, g, err);
             e->group_runs++;
         }
@@ -478,6 +505,7 @@ static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, 
             cuda_stage *a = e->stages[si - 1].cuda;
             rc = cross(e, a, cs, a->done, 0, n, err);
         }
+        rc = rc ? rc : x_free(e, si, err);
         rc = rc ? rc : stage_run(e, st, cs, c, err);
     }
     return rc;

@@ -25,4 +25,9 @@ int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float
 int cuda_seq_sync_pages(strata_engine *e, strata_seq *s, strata_error *err);
 void cuda_seq_free(strata_engine *e, strata_seq *s);
 
+/* Test hook: when > 0, every crossing between stages first spins the
+ * receiving stage's stream for this many SM cycles, so it lags behind the
+ * host and the sending stage (test_cuda_engine.c). */
+extern long long cuda_test_cross_lag;
+
 #endif

@@ -280,6 +280,7 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_in, in_bytes));
     CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->in_free, cudaEventDisableTiming));
     CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->bounce_free, cudaEventDisableTiming));
+    CUDA_CHECK(err, cudaEventCreateWithFlags(&cs->x_taken, cudaEventDisableTiming));
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
@@ -503,6 +504,8 @@ void cuda_engine_free(strata_engine *e)
             cudaEventDestroy(cs->in_free);
         if (cs->bounce_free)
             cudaEventDestroy(cs->bounce_free);
+        if (cs->x_taken)
+            cudaEventDestroy(cs->x_taken);
         if (cs->compute)
             cudaStreamDestroy(cs->compute);
         if (cs->copy)

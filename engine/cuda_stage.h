@@ -63,6 +63,10 @@ typedef struct cuda_stage {
     cudaEvent_t bounce_free;     /* on this (receiving) stage's card: recorded after
                                   * its upload from the previous stage's h_x, which
                                   * the host waits on before refilling that h_x */
+    cudaEvent_t x_taken;         /* on this (receiving) stage's card: recorded after
+                                  * it copied the previous stage's x, which that
+                                  * stage's stream waits for before writing x again
+                                  * (backend_cuda.c, x_free) */
     cudaEvent_t done;            /* recorded when the stage's work is queued */
     cudaGraphExec_t graph[MAX_GRAPH_ROWS + 1]; /* decode steps by row count */
     /* batch groups (n_groups > 1 only): */

@@ -30,6 +30,9 @@
 
 #include "engine/strata.h"
 #include "kernels/ops.h"
+#ifdef STRATA_CUDA
+#include "engine/backend_cuda.h"
+#endif
 
 #define TF_TOL 0.2
 #define NEAR_TIE 3.0
@@ -207,6 +210,17 @@ static void gpu_invariance(const char *path, int n_layers)
                   "%s: split %s through host memory changed the logits", path, split3);
     free(lb);
     strata_close(eb);
+    /* Receiving stages that lag (a spin before each crossing, ~1 ms): the
+     * sending stage's next chunk must not overwrite its hidden state before
+     * the lagging stage has copied it (backend_cuda.c, x_free). */
+    cuda_test_cross_lag = 2000000;
+    strata_engine *el = open_on(path, STRATA_BACKEND_CUDA, split3, 1, 5);
+    float *ll = all_logits(el, ids, n);
+    cuda_test_cross_lag = 0;
+    ck_assert_msg(!memcmp(ll, ref, sizeof(float) * (size_t)n * V),
+                  "%s: split %s with lagging stages changed the logits", path, split3);
+    free(ll);
+    strata_close(el);
     /* Batch: 4 sequences decoding together equal their solo steps. */
     strata_error err = {0};
     strata_engine *e = open_on(path, STRATA_BACKEND_CUDA, split2, 4, 256);

@@ -240,6 +240,9 @@ int cuda_moe_combine(const float *y, const float *d_w, const int32_t *d_inv, int
  * Twin: cpu_seg_copy. */
 int cuda_seg_copy(const seg_copy *d_segs, int n, uint64_t lo, uint64_t hi, void *stage,
                   int to_stage, cudaStream_t stream, strata_error *err);
+/* A test aid: one thread spinning for `cycles` SM clocks on the stream, to
+ * make that stream lag (kernels/cuda/elementwise.cu). */
+int cuda_spin(long long cycles, cudaStream_t stream, strata_error *err);
 /* ==== end of cuo's section ================================================ */
 
 #ifdef __cplusplus

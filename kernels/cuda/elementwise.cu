@@ -183,3 +183,23 @@ extern "C" int cuda_bias_add(float *y, const float *b, int n_rows, int64_t n, in
                                dim3(EW_THREADS), 0, stream, y, b, n_rows, n, stride));
     return 0;
 }
+
+/* ---- a test aid: hold a stream back ------------------------------------------ */
+
+/* One thread spins for `cycles` SM clock cycles.  Tests put it on a stream
+ * to make it lag behind the host and the other streams, so an ordering bug
+ * between streams shows every time instead of once in a while
+ * (test_cuda_engine.c, cuda_test_cross_lag).  Nothing computed: no twin. */
+__global__ void spin_kernel(long long cycles)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+extern "C" int cuda_spin(long long cycles, cudaStream_t stream, strata_error *err)
+{
+    spin_kernel<<<1, 1, 0, stream>>>(cycles);
+    CUDA_CHECK_LAUNCH(err, "spin_kernel");
+    return 0;
+}
