@@ -25,7 +25,6 @@
 #include "cache/arena.h"
 #include "engine/backend_cuda.h"
 #include "engine/engine_internal.h"
-#include "engine/park_stage.h"
 
 int park_fail_stage = -1;
 int park_arena_on_cpu = 0;
@@ -42,17 +41,7 @@ struct strata_park {
     /* pinned staging of the shuttle's host round trip, one per stage */
     void **stage_buf;
     size_t *stage_cap;
-    /* per stage: the staged copier's buffers on its card, or NULL (copies
-     * go directly: CPU, STRATA_PARK_DIRECT=1, or no memory for them) */
-    park_stager **stager;
 };
-
-/* The staged copier's chunk on a card and its room for pieces per flush:
- * 32 MiB copies run the host link at its rate (ANCHORS.md: 1 GiB copies
- * measure the limit, 8 MiB ones already ~95 % of it), and 16K pieces are a
- * 100K-token span of 8 layers with interleaved pages in one flush. */
-#define PARK_STAGE_BYTES ((size_t)32 << 20)
-#define PARK_STAGE_PIECES 16384
 
 /* ---- the CPU copier --------------------------------------------------------- */
 
@@ -77,9 +66,8 @@ static int cpu_sync(void *ctx, strata_error *err)
     return 0;
 }
 
-static int direct_copier(const strata_engine *e, int stage, park_copier *c, strata_error *err)
+static int get_copier(const strata_engine *e, int stage, park_copier *c, strata_error *err)
 {
-    memset(c, 0, sizeof *c);
 #ifdef STRATA_CUDA
     if (e->backend == STRATA_BACKEND_CUDA)
         return park_cuda_copier(e->stages[stage].device, c, err);
@@ -91,19 +79,6 @@ static int direct_copier(const strata_engine *e, int stage, park_copier *c, stra
     c->sync = cpu_sync;
     c->ctx = NULL;
     return 0;
-}
-
-/* The copier of stage `stage` of engine e (p's engine, or another one of
- * the same shape for the shuttle): staged when p has a stager for it. */
-static int get_copier(const strata_park *p, const strata_engine *e, int stage, park_copier *c,
-                      strata_error *err)
-{
-    int rc = direct_copier(e, stage, c, err);
-    if (!rc && e == p->e && p->stager[stage]) {
-        park_copier direct = *c;
-        park_stager_copier(p->stager[stage], &direct, c);
-    }
-    return rc;
 }
 
 /* ---- planning the copies of one (layer, buffer) ------------------------------ */
@@ -198,29 +173,18 @@ static int copy_lb(const park_copier *c, const side *dst, const side *src, const
     return 0;
 }
 
-/* Copy tokens [t0, t1) of every layer and buffer of one stage.  Between
- * pages and a span, a staged copier (park_stage.h) may defer the copies to
- * the end: copy_lb plans them in increasing order of span offset, as the
- * layout puts layers, buffers and pages one after another. */
+/* Copy tokens [t0, t1) of every layer and buffer of one stage. */
 static int copy_stage(const park_copier *c, const side *dst, const side *src,
                       const kv_pool *shape, int32_t t0, int32_t t1, uint64_t *bytes,
                       strata_error *err)
 {
-    const side *lin = dst->lin ? dst : src->lin ? src : NULL;
-    int staged = c->span_begin && lin && !(dst->lin && src->lin);
-    int rc = 0;
-    if (staged) {
-        size_t span = (size_t)(lin->lt1 - lin->lt0) * (kv_page_bytes(shape) / KV_PAGE);
-        rc = c->span_begin(c->ctx, lin->lin, span, dst->lin != NULL, err);
-    }
-    for (int l = 0; l < shape->n_layer && !rc; l++)
-        for (int b = 0; b < 4 && !rc; b++)
-            rc = copy_lb(c, dst, src, shape, l, b, t0, t1, bytes, err);
-    if (staged) {
-        int re = c->span_end(c->ctx, !rc, rc ? NULL : err);
-        rc = rc ? rc : re;
-    }
-    return rc;
+    for (int l = 0; l < shape->n_layer; l++)
+        for (int b = 0; b < 4; b++) {
+            int rc = copy_lb(c, dst, src, shape, l, b, t0, t1, bytes, err);
+            if (rc)
+                return rc;
+        }
+    return 0;
 }
 
 static int injected(int stage, strata_error *err)
@@ -343,31 +307,6 @@ static convcache_allocator cache_allocator(strata_park *p, size_t bytes)
     return al;
 }
 
-/* The staged copiers (park_stage.h), one per stage: on a card unless
- * STRATA_PARK_DIRECT=1 (to compare), on the CPU only under the test hook
- * (whose tiny sizes also replace the card's, for the chunking edges).
- * Without the memory for them a stage copies directly, and says so. */
-static void stagers_new(strata_park *p)
-{
-    strata_engine *e = p->e;
-    int on_cuda = e->backend == STRATA_BACKEND_CUDA;
-    size_t bytes = park_stage_test_bytes ? park_stage_test_bytes
-                   : on_cuda                ? PARK_STAGE_BYTES : 0;
-    int pieces = park_stage_test_pieces > 0 ? park_stage_test_pieces
-                 : on_cuda                  ? PARK_STAGE_PIECES : 0;
-    const char *direct = getenv("STRATA_PARK_DIRECT");
-    if (!bytes || pieces <= 0 || (direct && strcmp(direct, "0") != 0))
-        return;
-    for (int i = 0; i < e->n_stages; i++) {
-        strata_error why = {0};
-        p->stager[i] = park_stager_new(on_cuda, e->stages[i].device, bytes, pieces, &why);
-        if (!p->stager[i])
-            fprintf(stderr, "strata: conversation cache: stage %d copies without staging "
-                            "(%zu MiB on its card: %s)\n", i,
-                    park_stager_bytes(bytes, pieces) >> 20, why.msg);
-    }
-}
-
 strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strata_error *err)
 {
     if (!cache_mib || cache_slots <= 0) {
@@ -380,9 +319,8 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
         p->e = e;   /* before any park_free below: it reads e->n_stages */
         p->stage_buf = calloc((size_t)e->n_stages, sizeof *p->stage_buf);
         p->stage_cap = calloc((size_t)e->n_stages, sizeof *p->stage_cap);
-        p->stager = calloc((size_t)e->n_stages, sizeof *p->stager);
     }
-    if (!p || !p->stage_buf || !p->stage_cap || !p->stager) {
+    if (!p || !p->stage_buf || !p->stage_cap) {
         park_free(p);
         strata_err(err, STRATA_E_NOMEM, "out of memory");
         return NULL;
@@ -404,7 +342,6 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
         park_free(p);
         return NULL;
     }
-    stagers_new(p);
     return p;
 }
 
@@ -432,9 +369,6 @@ void park_free(strata_park *p)
     for (int i = 0; p->stage_buf && i < p->e->n_stages; i++)
         if (p->stage_buf[i])
             staging_free(p, p->stage_buf[i]);
-    for (int i = 0; p->stager && i < p->e->n_stages; i++)
-        park_stager_free(p->stager[i]);
-    free(p->stager);
     free(p->stage_buf);
     free(p->stage_cap);
 #ifdef STRATA_CUDA
@@ -447,7 +381,6 @@ void park_free(strata_park *p)
 void park_set_verify(strata_park *p, int on) { p->verify = on; }
 convcache *park_cache(strata_park *p) { return p->cache; }
 arena *park_arena(strata_park *p) { return p->block ? &p->block_arena : NULL; }
-int park_staged(const strata_park *p, int stage) { return p->stager[stage] != NULL; }
 void park_get_stats(const strata_park *p, park_stats *st) { *st = p->st; }
 
 /* ---- capture ----------------------------------------------------------------- */
@@ -466,7 +399,7 @@ static int capture_body(int stage, void *ctx)
     strata_error *err = stagepool_stage_error();
     const kv_pool *pool = j->p->e->stages[stage].kv;
     park_copier c;
-    int rc = get_copier(j->p, j->p->e, stage, &c, err);
+    int rc = get_copier(j->p->e, stage, &c, err);
     if (rc)
         return rc;
     side src = {pool, j->s->kv[stage].pages, NULL, 0, 0};
@@ -550,7 +483,7 @@ static int restore_body(int stage, void *ctx)
             return rc;
     }
     park_copier c;
-    int rc = get_copier(j->p, j->p->e, stage, &c, err);
+    int rc = get_copier(j->p->e, stage, &c, err);
     if (rc)
         return rc;
     side dst = {pool, j->s->kv[stage].pages, NULL, 0, 0};
@@ -635,7 +568,7 @@ static int shuttle_body(int stage, void *ctx)
     side src = {pf, j->from->kv[stage].pages, NULL, 0, 0};
     side dst = {pt, j->to->kv[stage].pages, NULL, 0, 0};
     park_copier c;
-    int rc = get_copier(j->p, ef, stage, &c, err);
+    int rc = get_copier(ef, stage, &c, err);
     if (rc)
         return rc;
     if (!j->via_host) {
@@ -653,7 +586,7 @@ static int shuttle_body(int stage, void *ctx)
     int rs = c.sync(c.ctx, rc ? NULL : err);
     rc = rc ? rc : rs;
     if (!rc)
-        rc = get_copier(j->p, et, stage, &c, err);
+        rc = get_copier(et, stage, &c, err);
     if (!rc) {
         rc = copy_stage(&c, &dst, &host, pt, 0, j->n, &j->bytes[stage], err);
         rs = c.sync(c.ctx, rc ? NULL : err);

@@ -106,9 +106,6 @@ convcache *park_cache(strata_park *p);
  * parts are allocated one by one (CPU, or the CUDA fallback). */
 struct arena *park_arena(strata_park *p);
 void park_get_stats(const strata_park *p, park_stats *st);
-/* 1: stage i's copies to and from host memory go through the staged copier
- * (engine/park_stage.h); 0: one copy per piece. */
-int park_staged(const strata_park *p, int stage);
 /* K/V bytes per token of stage i (all its layers and buffers). */
 size_t park_token_bytes(const strata_park *p, int stage);
 
@@ -131,14 +128,6 @@ typedef struct park_copier {
                   size_t width, size_t height, strata_error *err);
     int (*sync)(void *ctx, strata_error *err);
     void *ctx;
-    /* Optional (the staged copier, engine/park_stage.h; NULL: absent):
-     * the copy2d calls between span_begin and span_end all go between KV
-     * pages and the linear span [lin, lin + bytes) — its destination when
-     * to_host, else its source — in increasing order of span offset, and
-     * may be deferred until span_end (flush = 0: drop them, after an
-     * error). */
-    int (*span_begin)(void *ctx, char *lin, size_t bytes, int to_host, strata_error *err);
-    int (*span_end)(void *ctx, int flush, strata_error *err);
 } park_copier;
 
 #ifdef STRATA_CUDA

@@ -106,23 +106,4 @@ void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k,
 void cpu_attention(const float *q, int n_head, const kv_view *kv,
                    int32_t n_ctx, float scale, float *out);
 
-
-/* ---- staged copies (engine/park_stage.c) ---------------------------------
- * A capture or restore moves many short pieces between a sequence's KV pages
- * and one linear span of host memory.  The pieces are gathered into (or
- * scattered from) a staging buffer on the card, so the host link sees one
- * long copy instead of thousands of short ones.  A piece: len bytes at
- * `dev` (in a KV page) and at offset `off` of the span. */
-typedef struct seg_copy {
-    uint64_t off;   /* offset in the linear span */
-    uint64_t len;   /* bytes */
-    uint64_t dev;   /* address in the KV pool (a pointer, as an integer) */
-} seg_copy;
-
-/* For every piece, the part of it inside span offsets [lo, hi):
- * to_stage: stage[x - lo] = dev[x - off] (gather); else the reverse
- * (scatter).  Pieces must not overlap in the span or in the pool. */
-void cpu_seg_copy(const seg_copy *segs, int n, uint64_t lo, uint64_t hi, void *stage,
-                  int to_stage);
-
 #endif

@@ -14,7 +14,6 @@
  *   argmax, sample           the same token
  *   moe_route                same experts, weights |d| <= 1e-6
  *   moe group/gather/combine bit-exact
- *   seg_copy (gather/scatter) bit-exact
  * Invariance: a row computed alone equals the same row inside a batch, bit
  * for bit (rmsnorm, rope, kv_store). */
 #include "testutil.h"
@@ -726,88 +725,6 @@ START_TEST(moe_route_matches_cpu)
 }
 END_TEST
 
-/* ---- seg_copy (the staged copy's gather/scatter) --------------------------- */
-
-/* Random pieces: increasing span offsets with gaps, pool places in reverse
- * order with gaps, lengths and offsets of every alignment (16, 8, 4, 2, 1
- * bytes); chunks [lo, hi) of odd size that split pieces.  Bit-exact. */
-START_TEST(seg_copy_matches_cpu)
-{
-    const char *why;
-    if (!test_have_gpu(&why))
-        TEST_SKIP(why);
-    enum { N = 300, POOL = 1 << 20, SPAN = 1 << 20 };
-    uint64_t st = 42;
-    uint8_t *pool = malloc(POOL), *pool_ref = malloc(POOL);
-    for (int i = 0; i < POOL; i++)
-        pool[i] = (uint8_t)test_rand_u64(&st);
-    uint8_t *d_pool = dup_to_dev(pool, POOL);
-    seg_copy h[N], d_twin[N];
-    uint64_t off = 0, at = POOL;
-    int n = 0;
-    for (; n < N; n++) {
-        uint64_t r = test_rand_u64(&st);
-        uint64_t len = r % 4 == 0 ? 16 * (1 + r % 97) : 1 + (r >> 8) % 1500;
-        uint64_t gap = (r >> 20) % 3 == 0 ? (r >> 24) % 40 : 0;
-        if (off + gap + len > SPAN || at < len + 64)
-            break;
-        off += gap;
-        at -= len + (r >> 30) % 64;
-        h[n] = (seg_copy){off, len, at};
-        off += len;
-    }
-    uint64_t span = off;
-    ck_assert_int_gt(n, 100);
-    const uint64_t chunk = 7777;
-    uint8_t *stage = malloc(chunk), *stage_ref = malloc(chunk);
-    uint8_t *d_stage = dev_alloc(chunk);
-    seg_copy *d_segs = dev_alloc(sizeof h);
-    for (int i = 0; i < n; i++) {
-        d_twin[i] = h[i];
-        h[i].dev = (uint64_t)(uintptr_t)(pool + h[i].dev);
-        d_twin[i].dev = (uint64_t)(uintptr_t)(d_pool + d_twin[i].dev);
-    }
-    CK(cudaMemcpy(d_segs, d_twin, sizeof(seg_copy) * n, cudaMemcpyHostToDevice));
-    /* gather, chunk by chunk */
-    for (uint64_t lo = 0; lo < span; lo += chunk) {
-        uint64_t hi = lo + chunk < span ? lo + chunk : span;
-        memset(stage_ref, 0x5a, chunk);
-        CK(cudaMemset(d_stage, 0x5a, chunk));
-        cpu_seg_copy(h, n, lo, hi, stage_ref, 1);
-        OK(cuda_seg_copy(d_segs, n, lo, hi, d_stage, 1, 0, &e_));
-        to_host(stage, d_stage, chunk);
-        ck_assert_msg(!memcmp(stage, stage_ref, chunk), "gather chunk at %llu differs",
-                      (unsigned long long)lo);
-    }
-    /* scatter random bytes back, chunk by chunk (the twin into pool_ref) */
-    memcpy(pool_ref, pool, POOL);
-    seg_copy h_ref[N];
-    for (int i = 0; i < n; i++) {
-        h_ref[i] = h[i];
-        h_ref[i].dev += (uint64_t)(uintptr_t)pool_ref - (uint64_t)(uintptr_t)pool;
-    }
-    for (uint64_t lo = 0; lo < span; lo += chunk) {
-        uint64_t hi = lo + chunk < span ? lo + chunk : span;
-        for (uint64_t i = 0; i < chunk; i++)
-            stage[i] = (uint8_t)test_rand_u64(&st);
-        CK(cudaMemcpy(d_stage, stage, chunk, cudaMemcpyHostToDevice));
-        cpu_seg_copy(h_ref, n, lo, hi, stage, 0);
-        OK(cuda_seg_copy(d_segs, n, lo, hi, d_stage, 0, 0, &e_));
-    }
-    to_host(pool, d_pool, POOL);
-    ck_assert_msg(!memcmp(pool, pool_ref, POOL), "scatter: the pool differs");
-    printf("cuda_ops seg_copy: %d pieces, %llu bytes, chunks of %llu: bit-exact\n", n,
-           (unsigned long long)span, (unsigned long long)chunk);
-    CK(cudaFree(d_pool));
-    CK(cudaFree(d_stage));
-    CK(cudaFree(d_segs));
-    free(pool);
-    free(pool_ref);
-    free(stage);
-    free(stage_ref);
-}
-END_TEST
-
 static Suite *cuda_ops_suite(void)
 {
     Suite *s = suite_create("cuda_ops");
@@ -822,7 +739,6 @@ static Suite *cuda_ops_suite(void)
     tcase_add_test(tc, argmax_matches_cpu);
     tcase_add_test(tc, sample_matches_cpu_chain);
     tcase_add_test(tc, moe_route_matches_cpu);
-    tcase_add_test(tc, seg_copy_matches_cpu);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,7 +15,6 @@
 #include "cache/convcache.h"
 #include "engine/engine_internal.h"
 #include "engine/park.h"
-#include "engine/park_stage.h"
 #include "park_testutil.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
@@ -76,15 +75,6 @@ static void assert_arena_holds_cache(strata_park *pk, int on)
     ck_assert_uint_eq(a->bytes, cs.bytes_max);
     const char *why = NULL;
     ck_assert_msg(arena_check(a, &why) == 0, "%s", why);
-}
-
-/* The staged copier (park_stage.h) on the CPU: on, tiny odd sizes (a
- * chunk of 3000 bytes, 7 pieces per flush) so chunks split pieces and rows,
- * and flushes happen mid-span; off, the direct copies. */
-static void stage_tiny(int on)
-{
-    park_stage_test_bytes = on ? 3000 : 0;
-    park_stage_test_pieces = on ? 7 : 0;
 }
 
 static void rand_tokens(int32_t *t, int n, uint64_t seed)
@@ -179,14 +169,11 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
 
 START_TEST(park_roundtrip_fresh_and_reused)
 {
-    park_arena_on_cpu = _i & 1; /* 1: the cache in one block, as on CUDA */
-    stage_tiny(_i >> 1);
+    park_arena_on_cpu = _i; /* 1: the cache in one block, as on CUDA */
     strata_engine *e = open_engine("1,2,3", 4096);
     strata_park *pk = open_park(e, 64, 16);
     int32_t t[1100];
     rand_tokens(t, 1100, 1);
-    for (int i = 0; i < e->n_stages; i++)
-        ck_assert_int_eq(park_staged(pk, i), _i >> 1);
     strata_seq *a = new_seq(e), *c = new_seq(e), *b = new_seq(e);
     /* interleave a and c so a's pages are not consecutive: [0,1] then 4 */
     feed(a, t, 300, NULL);
@@ -238,7 +225,7 @@ START_TEST(park_roundtrip_fresh_and_reused)
     ck_assert_int_eq(got, 0);
     ck_assert_int_eq(strata_seq_len(d), 0);
     ck_assert_int_eq(convcache_check(park_cache(pk), &err), 0);
-    assert_arena_holds_cache(pk, _i & 1);
+    assert_arena_holds_cache(pk, _i);
 
     strata_seq_free(a);
     strata_seq_free(b);
@@ -247,7 +234,6 @@ START_TEST(park_roundtrip_fresh_and_reused)
     park_free(pk);
     strata_close(e);
     park_arena_on_cpu = 0;
-    stage_tiny(0);
 }
 END_TEST
 
@@ -514,7 +500,6 @@ END_TEST
 
 START_TEST(park_shuttle_session_slot_session)
 {
-    stage_tiny(_i);   /* 1: the host round trip through the staged copier */
     strata_engine *e = open_engine("1,2,3", 4096);
     strata_park *pk = open_park(e, 64, 16);
     int32_t t[400], ref[8], got_tok[8];
@@ -570,14 +555,12 @@ START_TEST(park_shuttle_session_slot_session)
     free(lg);
     park_free(pk);
     strata_close(e);
-    stage_tiny(0);
 }
 END_TEST
 
 /* One stage: no pool, the same results. */
 START_TEST(park_one_stage)
 {
-    stage_tiny(_i);
     strata_engine *e = open_engine(NULL, 4096);
     ck_assert_ptr_null(e->pool);
     strata_park *pk = open_park(e, 64, 16);
@@ -596,7 +579,6 @@ START_TEST(park_one_stage)
     strata_seq_free(r);
     park_free(pk);
     strata_close(e);
-    stage_tiny(0);
 }
 END_TEST
 
@@ -605,13 +587,13 @@ static Suite *park_suite(void)
     Suite *s = suite_create("park");
     TCase *tc = tcase_create("park");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, park_roundtrip_fresh_and_reused, 0, 4);
+    tcase_add_loop_test(tc, park_roundtrip_fresh_and_reused, 0, 2);
     tcase_add_test(tc, park_continue_greedy_serial_parallel);
     tcase_add_test(tc, park_turn2_matches_unparked);
     tcase_add_loop_test(tc, park_eviction_respects_budgets, 0, 2);
     tcase_add_test(tc, park_stage_failure_no_torn_image);
-    tcase_add_loop_test(tc, park_shuttle_session_slot_session, 0, 2);
-    tcase_add_loop_test(tc, park_one_stage, 0, 2);
+    tcase_add_test(tc, park_shuttle_session_slot_session);
+    tcase_add_test(tc, park_one_stage);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -232,14 +232,6 @@ int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *
                     float *xg, cudaStream_t stream, strata_error *err);
 int cuda_moe_combine(const float *y, const float *d_w, const int32_t *d_inv, int n_tok, int k,
                      int64_t D, float *out, cudaStream_t stream, strata_error *err);
-
-/* The staged copy (kernels/ops.h, seg_copy; engine/park_stage.c): for each
- * of the n pieces at d_segs (device memory), its part inside span offsets
- * [lo, hi), between the KV pool and stage (device memory, hi - lo bytes);
- * to_stage: gather into stage, else scatter from it.  n < 2^31 pieces.
- * Twin: cpu_seg_copy. */
-int cuda_seg_copy(const seg_copy *d_segs, int n, uint64_t lo, uint64_t hi, void *stage,
-                  int to_stage, cudaStream_t stream, strata_error *err);
 /* A test aid: one thread spinning for `cycles` SM clocks on the stream, to
  * make that stream lag (kernels/cuda/elementwise.cu). */
 int cuda_spin(long long cycles, cudaStream_t stream, strata_error *err);
