@@ -33,6 +33,12 @@ LDLIBS   := -lm -lpthread
 NVFLAGS  := -std=c++17 $(OPT) -g -lineinfo -arch=$(CUDA_ARCH) -I. -MMD -MP \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 
+# DEBUG=1: the checks that cost time at run time (STRATA_DEBUG: the
+# conversation cache's checksums, engine/park.c)
+ifeq ($(DEBUG),1)
+  CFLAGS += -DSTRATA_DEBUG
+endif
+
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDLIBS += -fsanitize=address,undefined
@@ -104,7 +110,7 @@ test: $(BUILD)/strata-tests $(BUILD)/strata-cli
 	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests
 
 asan:
-	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 OPT=-O1 test
+	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
 
 # CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
 tsan:

@@ -685,6 +685,16 @@ size_t convcache_image_bytes(const convcache_image *img, int stage)
     return bytes;
 }
 
+int convcache_set_checksums(convcache *c, int on, strata_error *err)
+{
+    if (c->n_images || c->n_captures)
+        return strata_err(err, STRATA_E_ARG, "conversation cache: checksums turned %s with "
+                          "%d images and %d captures in it", on ? "on" : "off", c->n_images,
+                          c->n_captures);
+    c->skip_checksums = !on;
+    return 0;
+}
+
 int convcache_verify(const convcache_image *img, int stage, strata_error *err)
 {
     if (!img || stage < -1 || stage >= img->owner->n_stages)

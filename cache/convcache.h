@@ -72,8 +72,10 @@ typedef struct convcache_config {
     convcache_allocator allocator; /* all NULL: malloc / free */
     /* 1: write no checksums (seal and commit skip the hashing, verify
      * answers STRATA_E_UNSUPPORTED).  Hashing reads every byte once on the
-     * host (XXH64 runs at about host memory speed per core): release
-     * builds may skip it if the bench shows it in the capture time. */
+     * host, at ~10 GB/s per core against a PCIe copy's ~55 GB/s: on an
+     * H200 a 100K-token capture took 6.5x the copy's floor with checksums
+     * and 1.02x without (doc/convcache.md), so engine/park.c writes them
+     * only when it verifies them (debug builds, tests). */
     int skip_checksums;
 } convcache_config;
 
@@ -165,6 +167,10 @@ size_t convcache_image_bytes(const convcache_image *img, int stage);
  * stage and tokens of the first mismatch; STRATA_E_UNSUPPORTED when the
  * cache writes no checksums. */
 int convcache_verify(const convcache_image *img, int stage, strata_error *err);
+/* Turn checksums on or off (config.skip_checksums) before anything was
+ * captured: STRATA_E_ARG once the cache holds an image or a capture, so
+ * every part of a cache has a checksum or none has. */
+int convcache_set_checksums(convcache *c, int on, strata_error *err);
 
 /* ---- accounting --------------------------------------------------------- */
 

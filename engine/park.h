@@ -98,9 +98,12 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
  * the pool).  On failure `to` is reset and `from` is untouched. */
 int park_shuttle(strata_park *p, strata_seq *from, strata_seq *to, int flags, strata_error *err);
 
-/* 1: verify every stage part's checksum on restore (debug builds always do;
- * tests turn it on in release builds too). */
-void park_set_verify(strata_park *p, int on);
+/* 1: write a checksum of every stage part at capture and verify it on
+ * restore.  On in debug builds (make DEBUG=1, make asan: STRATA_DEBUG) and
+ * with STRATA_PARK_VERIFY=1; off by default, since hashing on the host
+ * costs several times the copy.  Tests turn it on; only before the first
+ * capture (STRATA_E_ARG after). */
+int park_set_verify(strata_park *p, int on, strata_error *err);
 convcache *park_cache(strata_park *p);
 /* The arena carving the cache's one block (cache/arena.h), or NULL when
  * parts are allocated one by one (CPU, or the CUDA fallback). */

@@ -53,7 +53,7 @@ static strata_park *open_park(strata_engine *e, size_t mib, int slots)
     strata_error err = {0};
     strata_park *p = park_new(e, mib, slots, &err);
     ck_assert_msg(p != NULL, "park_new: %s", err.msg);
-    park_set_verify(p, 1);
+    ck_assert_int_eq(park_set_verify(p, 1, NULL), 0);
     return p;
 }
 
@@ -582,6 +582,39 @@ START_TEST(park_one_stage)
 }
 END_TEST
 
+/* Checksums are written only when verified (park_set_verify, debug
+ * builds): by default a capture hashes nothing, the round trip is the same,
+ * and turning them on once something was captured is refused. */
+START_TEST(park_checksums_only_when_verified)
+{
+    strata_engine *e = open_engine("2", 4096);
+    strata_error err = {0};
+    strata_park *pk = park_new(e, 64, 16, &err);
+    ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
+    int32_t t[400];
+    rand_tokens(t, 400, 8);
+    strata_seq *s = new_seq(e), *r = new_seq(e);
+    feed(s, t, 300, NULL);
+    capture(pk, s, PARK_CAPTURE_FRESH);
+    convcache_image *img = NULL;
+    ck_assert_int_eq(convcache_find(park_cache(pk), t, 300, &img), 300);
+#ifdef STRATA_DEBUG
+    ck_assert_int_eq(convcache_verify(img, -1, &err), 0);
+#else
+    ck_assert_int_eq(convcache_verify(img, -1, &err), STRATA_E_UNSUPPORTED);
+#endif
+    ck_assert_int_eq(park_set_verify(pk, 1, &err), STRATA_E_ARG);
+    int got = -1;
+    ck_assert_int_eq(park_restore(pk, r, t, 301, &got, &err), 0);
+    ck_assert_int_eq(got, 300);
+    assert_same_kv(s, r, 300);
+    strata_seq_free(s);
+    strata_seq_free(r);
+    park_free(pk);
+    strata_close(e);
+}
+END_TEST
+
 static Suite *park_suite(void)
 {
     Suite *s = suite_create("park");
@@ -594,6 +627,7 @@ static Suite *park_suite(void)
     tcase_add_test(tc, park_stage_failure_no_torn_image);
     tcase_add_test(tc, park_shuttle_session_slot_session);
     tcase_add_test(tc, park_one_stage);
+    tcase_add_test(tc, park_checksums_only_when_verified);
     suite_add_tcase(s, tc);
     return s;
 }

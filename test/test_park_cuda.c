@@ -137,7 +137,7 @@ START_TEST(park_cuda_roundtrip)
     strata_park *pk = park_new(e, 64, 16, &err);
     ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
     ck_assert_ptr_nonnull(park_arena(pk));   /* the cache's one pinned block */
-    park_set_verify(pk, 1);
+    ck_assert_int_eq(park_set_verify(pk, 1, NULL), 0);
     int32_t t[1100];
     uint64_t seed = 5;
     for (int i = 0; i < 1100; i++)

@@ -232,6 +232,9 @@ int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *
                     float *xg, cudaStream_t stream, strata_error *err);
 int cuda_moe_combine(const float *y, const float *d_w, const int32_t *d_inv, int n_tok, int k,
                      int64_t D, float *out, cudaStream_t stream, strata_error *err);
+/* 1: kernels launch without programmatic dependent launch (pdl.cuh; the
+ * engine sets it from STRATA_NO_PDL=1 at start). */
+extern int strata_pdl_off;
 /* A test aid: one thread spinning for `cycles` SM clocks on the stream, to
  * make that stream lag (kernels/cuda/elementwise.cu). */
 int cuda_spin(long long cycles, cudaStream_t stream, strata_error *err);

@@ -21,6 +21,8 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
 
+extern "C" int strata_pdl_off = 0; /* pdl.cuh */
+
 /* Blocks of 256 threads; a grid-stride loop over at most this many blocks
  * keeps the launch small for huge n while filling 132 SMs many times. */
 #define EW_THREADS 256

@@ -167,7 +167,7 @@ static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
     /* a programmatic dependent launch (pdl.cuh): the prologue overlaps the
      * predecessor kernel */
     attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    attr[na++].val.programmaticStreamSerializationAllowed = strata_pdl_off ? 0 : 1;
     if (a.p.nseg > 1) {
         attr[na].id = cudaLaunchAttributeClusterDimension;
         attr[na].val.clusterDim.x = 1;

@@ -37,6 +37,11 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* STRATA_NO_PDL=1 (read once by the engine, engine/cuda_setup.c): launch
+ * without the attribute, every kernel waiting for its predecessor as
+ * usual — to tell a PDL ordering bug from any other. */
+extern "C" int strata_pdl_off;
+
 /* Launch k with the programmatic attribute.  Every kernel launched this
  * way must call pdl_wait() before it touches memory its predecessors write;
  * the small kernels of the decode chain call it first thing, so for them
@@ -47,7 +52,7 @@ static inline cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, siz
 {
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
+    at.val.programmaticStreamSerializationAllowed = strata_pdl_off ? 0 : 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
