@@ -108,8 +108,11 @@ static void print_cache_stats(chat_state *c)
                "the conversation\n");
         return;
     }
-    /* A snapshot as of the last capture or restore: the capture of an
-     * answer that just ended may not be counted yet. */
+    /* Up to date with the last answer: the scheduler publishes its counters
+     * before it reports a request as finished.  A finished turn stays in
+     * its slot (resident reuse) and is captured only when the slot gives it
+     * up (to another conversation, as after /reset with one slot, or for
+     * KV pages): it is counted with the turn that made it go. */
     printf("conversation cache: %.2f of %.0f MiB, %d of %d images; %llu captures "
            "(%llu K/V reused, %llu failed), %llu restores (%llu tokens), %llu evictions\n",
            (double)st.cache.bytes_used / 1048576.0, (double)st.cache.bytes_max / 1048576.0,

@@ -103,8 +103,10 @@ struct strata_sched {
 
 /* ---- scheduler.c ---------------------------------------------------------- */
 
-/* The request is over: publish the result, free its slot (or leave the
- * conversation resident in it), wake its readers. */
+/* The request is over: leave its conversation resident in the slot, or
+ * capture it (cache on, resident reuse off) and empty the slot; publish the
+ * counters; then publish the result and wake its readers, last, so that
+ * the counters include the request when sched_wait returns. */
 void sched_slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata_error *err);
 /* Copy the thread's counters for sched_get_cache_stats. */
 void sched_stats_publish(strata_sched *s);

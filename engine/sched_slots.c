@@ -217,8 +217,7 @@ static void fail_for_pages(strata_sched *s, sched_slot *sl, int n)
                        : "; raise --kv-resident, or turn on the conversation cache "
                          "(--conversation-cache-mib) to park requests instead");
     s->counts.kv_failures++;
-    sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
-    sched_stats_publish(s);
+    sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err); /* publishes the count */
 }
 
 /* Park the slot's request for pages: capture its conversation, empty the

@@ -84,14 +84,13 @@ static void handle_unref(sched_handle *h)
 }
 
 /* The request is over: publish the result, wake its readers, and drop the
- * scheduler's reference. */
-static void handle_finish(sched_handle *h, int finish, const strata_error *err)
+ * scheduler's reference.  t_end: strata_now() when it ended. */
+static void handle_finish(sched_handle *h, int finish, const strata_error *err, double t_end)
 {
-    double now = strata_now() - h->t_submit;
     pthread_mutex_lock(&h->mu);
     sched_result *r = &h->res;
     r->finish = finish;
-    r->t_done = now;
+    r->t_done = t_end - h->t_submit;
     if (r->n_gen >= 2 && r->t_done > r->t_first)
         r->decode_tps = (r->n_gen - 1) / (r->t_done - r->t_first);
     if (err)
@@ -334,10 +333,9 @@ void sched_slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata
         if (tail && len && finish != SCHED_FINISH_CANCELLED)
             h->on_token(-1, tail, len, h->user);
     }
-    /* The caller hears first; what happens to the conversation runs before
-     * any other request is admitted (same thread), so the next turn finds
-     * it resident, or parked. */
-    handle_finish(h, finish, err);
+    /* The request ends here: t_done and the decode rate do not count the
+     * capture below. */
+    double t_end = strata_now();
     int ended = finish == SCHED_FINISH_STOP || finish == SCHED_FINISH_LENGTH;
     /* A running request ended: its pages (or its slot) can be had again, so
      * a request parked for pages may be admitted. */
@@ -348,11 +346,19 @@ void sched_slot_finish(strata_sched *s, sched_slot *sl, int finish, const strata
     int keep = ended || finish == SCHED_FINISH_CANCELLED;
     if (keep && !s->p.no_resident_reuse && strata_seq_len(sl->seq) > 0) {
         slot_vacate(s, sl, 1);
-        return;
+    } else {
+        if (ended)
+            sched_slot_capture(s, sl);
+        slot_vacate(s, sl, 0);
     }
-    if (ended)
-        sched_slot_capture(s, sl);
-    slot_vacate(s, sl, 0);
+    /* The caller hears last: when sched_wait returns, the conversation is
+     * captured (resident reuse off) and the counters that count this
+     * request (its capture, a failure for KV pages) are published, so a
+     * client that reads sched_get_cache_stats then (chat's /stats, a bench)
+     * sees them.  Waking it before the capture would save it little: its
+     * next request waits for this thread, hence for the copy, anyway. */
+    sched_stats_publish(s);
+    handle_finish(h, finish, err, t_end);
 }
 
 /* Remove cancelled requests from the queue (under s->mu). */
@@ -367,7 +373,7 @@ static void queue_drop_cancelled(strata_sched *s)
                 s->tail = prev;
             s->n_queued--;
             h->next = NULL;
-            handle_finish(h, SCHED_FINISH_CANCELLED, NULL);
+            handle_finish(h, SCHED_FINISH_CANCELLED, NULL, strata_now());
         } else {
             prev = h;
             pp = &h->next;
@@ -657,7 +663,7 @@ static void *sched_main(void *arg)
         sched_handle *h = s->head;
         s->head = h->next;
         h->next = NULL;
-        handle_finish(h, SCHED_FINISH_CANCELLED, NULL);
+        handle_finish(h, SCHED_FINISH_CANCELLED, NULL, strata_now());
     }
     s->tail = NULL;
     s->n_queued = 0;

@@ -187,7 +187,8 @@ typedef struct sched_result {
     double t_admit;         /* a slot took it (queue wait) */
     double t_first;         /* first token: the time to first token */
     double t_restore;       /* of that: seconds the restore's copy took */
-    double t_done;          /* finished */
+    double t_done;          /* finished (before its conversation was
+                             * captured, when it was) */
     double decode_tps;      /* (n_gen - 1) / (t_done - t_first); 0 if n_gen < 2 */
     strata_error err;       /* finish == SCHED_FINISH_ERROR */
 } sched_result;
@@ -219,7 +220,9 @@ typedef struct sched_cache_stats {
 void sched_get_cache_stats(strata_sched *s, sched_cache_stats *out);
 
 /* Wait for the request to finish; fill *r (may be NULL).  Returns 0, or the
- * error code when it finished with an error.  Thread-safe. */
+ * error code when it finished with an error.  By then the scheduler is done
+ * with it: sched_get_cache_stats counts what it did (its capture when
+ * resident reuse is off, a failure for KV pages).  Thread-safe. */
 int sched_wait(sched_handle *h, sched_result *r);
 uint64_t sched_handle_id(const sched_handle *h); /* 1, 2, ... in submit order */
 

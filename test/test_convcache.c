@@ -1,119 +1,17 @@
-/* test_convcache.c: the conversation cache (suite "convcache").
- *
- * Image bytes are a deterministic pattern of (tokens up to the span's end,
- * first token, stage), so any image found later can be checked byte for
- * byte, including the prefix spans it shares with other images. */
+/* test_convcache.c: the conversation cache (suite "convcache"), its
+ * parts from malloc or a counting allocator.  The same cache over an arena
+ * of exactly its budget (the engine's pinned block) is suite
+ * "convcache_arena" (test_convcache_arena.c); the pattern helpers and the
+ * random-operations run that both use are in test_convcache.h. */
 #include "testutil.h"
 
-#include "cache/arena.h"
 #include "cache/convcache.h"
 #include "cache/xxh64.h"
 #include "stagepool/stagepool.h"
+#include "test_convcache.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_STAGES 4
-
-/* Bytes per token of a stage: stages differ, as layer counts do. */
-static size_t bytes_per_token(int stage)
-{
-    return 4 + 4 * (size_t)stage;
-}
-
-static uint64_t span_seed(const int32_t *tokens, int t0, int t1, int stage)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < t1; i++)
-        h = (h ^ (uint32_t)tokens[i]) * 0x100000001b3ull;
-    return h ^ ((uint64_t)t0 << 32) ^ (uint64_t)stage * 0x9e3779b97f4a7c15ull;
-}
-
-static void fill_pattern(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t s = seed, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i % 8 == 0)
-            r = test_rand_u64(&s);
-        p[i] = (unsigned char)(r >> (8 * (i % 8)));
-    }
-}
-
-static convcache *cache_new(int n_stages, size_t max_bytes, int max_images)
-{
-    strata_error err = {0};
-    convcache_config cfg = {.n_stages = n_stages, .max_bytes = max_bytes,
-                            .max_images = max_images};
-    convcache *c = convcache_new(&cfg, &err);
-    ck_assert_msg(c != NULL, "%s", err.msg);
-    return c;
-}
-
-/* Begin, fill every stage's new part with the pattern, and commit.  With
- * prefix, only the tokens after it are written. */
-static int capture(convcache *c, int n_stages, const int32_t *tokens, int n,
-                   convcache_image *prefix, convcache_image **out,
-                   strata_error *err)
-{
-    int t0 = 0;
-    if (prefix)
-        convcache_image_tokens(prefix, &t0);
-    size_t nb[MAX_STAGES];
-    for (int s = 0; s < n_stages; s++)
-        nb[s] = (size_t)(n - t0) * bytes_per_token(s);
-    convcache_capture *cap;
-    int rc = convcache_begin(c, tokens, n, n, prefix, nb, &cap, err);
-    if (rc)
-        return rc;
-    ck_assert_int_eq(convcache_capture_first_token(cap), t0);
-    for (int s = 0; s < n_stages; s++) {
-        ck_assert_uint_eq(convcache_capture_part_bytes(cap, s), nb[s]);
-        fill_pattern(convcache_capture_part(cap, s), nb[s],
-                     span_seed(tokens, t0, n, s));
-    }
-    return convcache_commit(c, cap, out, err);
-}
-
-/* Every span of every stage holds its pattern, and the checksums agree. */
-static void check_content(const convcache_image *img, int n_stages)
-{
-    int n;
-    const int32_t *tokens = convcache_image_tokens(img, &n);
-    strata_error err = {0};
-    for (int s = 0; s < n_stages; s++) {
-        int32_t next = 0;
-        size_t total = 0;
-        for (int i = 0; i < convcache_image_n_spans(img); i++) {
-            convcache_span sp;
-            ck_assert_int_eq(convcache_image_span(img, s, i, &sp, &err), 0);
-            ck_assert_int_eq(sp.t0, next);
-            size_t want = (size_t)(sp.t1 - sp.t0) * bytes_per_token(s);
-            ck_assert_uint_eq(sp.bytes, want);
-            unsigned char *buf = malloc(want + 1);
-            fill_pattern(buf, want, span_seed(tokens, sp.t0, sp.t1, s));
-            ck_assert_msg(want == 0 || memcmp(buf, sp.data, want) == 0,
-                          "stage %d span %d..%d differs", s, sp.t0, sp.t1);
-            free(buf);
-            next = sp.t1;
-            total += want;
-        }
-        ck_assert_int_eq(next, n);
-        ck_assert_uint_eq(convcache_image_bytes(img, s), total);
-    }
-    ck_assert_msg(convcache_verify(img, -1, &err) == 0, "%s", err.msg);
-}
-
-static void check_invariants(convcache *c)
-{
-    strata_error err = {0};
-    ck_assert_msg(convcache_check(c, &err) == 0, "%s", err.msg);
-}
-
-static void seq(int32_t *t, int n, int32_t start)
-{
-    for (int i = 0; i < n; i++)
-        t[i] = start + i;
-}
 
 /* ---- the checksum itself ------------------------------------------------- */
 
@@ -569,117 +467,6 @@ START_TEST(allocator_is_pluggable_and_failure_is_clean)
 }
 END_TEST
 
-/* ---- an arena of exactly the budget (the engine's pinned block) ---------- */
-
-typedef struct arena_al {
-    arena a;
-    void *block;
-    int refusals;        /* allocations the arena refused */
-} arena_al;
-
-static void *arena_al_alloc(size_t bytes, void *ctx)
-{
-    arena_al *x = ctx;
-    void *p = arena_alloc(&x->a, bytes);
-    x->refusals += p == NULL;
-    return p;
-}
-
-static void arena_al_free(void *p, void *ctx)
-{
-    arena_al *x = ctx;
-    ck_assert_int_eq(arena_free(&x->a, p), 0);
-}
-
-/* A cache whose parts come from an arena of exactly max_bytes. */
-static convcache *arena_cache_new(arena_al *x, int n_stages, size_t max_bytes,
-                                  int max_images)
-{
-    size_t rounded = (max_bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-    x->block = aligned_alloc(ARENA_ALIGN, rounded);
-    x->refusals = 0;
-    ck_assert_int_eq(arena_init(&x->a, x->block, max_bytes), 0);
-    ck_assert_uint_eq(x->a.bytes, max_bytes / ARENA_ALIGN * ARENA_ALIGN);
-    strata_error err = {0};
-    convcache_config cfg = {.n_stages = n_stages, .max_bytes = max_bytes,
-                            .max_images = max_images,
-                            .allocator = {arena_al_alloc, arena_al_free, x}};
-    convcache *c = convcache_new(&cfg, &err);
-    ck_assert_msg(c != NULL, "%s", err.msg);
-    return c;
-}
-
-static void arena_cache_free(convcache *c, arena_al *x)
-{
-    convcache_free(c);
-    ck_assert_uint_eq(arena_used(&x->a), 0);
-    ck_assert_int_eq(arena_free_extents(&x->a), 1);
-    arena_fini(&x->a);
-    free(x->block);
-}
-
-/* One stage of 4 bytes per token: 16 tokens are one 64-byte arena unit.
- * The arena (16 units) ends up as A [0,4) | hole [4,8) | B [8,12) |
- * hole [12,16): half free, but no hole holds 6 units. */
-START_TEST(arena_fragmentation_evicts_and_retries)
-{
-    arena_al x;
-    convcache *c = arena_cache_new(&x, 1, 16 * 64, 8);
-    strata_error err = {0};
-    int32_t ta[64], tx[64], tb[64], te[96];
-    seq(ta, 64, 100);
-    seq(tx, 64, 200);
-    seq(tb, 64, 300);
-    seq(te, 96, 400);
-    convcache_image *a, *b, *e;
-    ck_assert_int_eq(capture(c, 1, ta, 64, NULL, &a, &err), 0);
-    size_t nb[1] = {64 * 4};
-    convcache_capture *cx;
-    ck_assert_int_eq(convcache_begin(c, tx, 64, 64, NULL, nb, &cx, &err), 0);
-    ck_assert_int_eq(capture(c, 1, tb, 64, NULL, &b, &err), 0);
-    convcache_abort(c, cx);
-    ck_assert_int_eq(arena_free_extents(&x.a), 2);
-    ck_assert_uint_eq(arena_largest_free(&x.a), 4 * 64);
-    convcache_pin(a);
-
-    /* The budget has room (8 units used + 6 <= 16) but the arena has no
-     * hole of 6 units; with B pinned too nothing can be evicted: NOMEM,
-     * nothing lost, nothing left over. */
-    convcache_pin(b);
-    ck_assert_int_eq(capture(c, 1, te, 96, NULL, &e, &err), STRATA_E_NOMEM);
-    ck_assert_int_eq(x.refusals, 1);
-    convcache_stats st;
-    convcache_get_stats(c, &st);
-    ck_assert_int_eq(st.images, 2);
-    ck_assert_int_eq(st.captures, 0);
-    ck_assert_uint_eq(st.evictions, 0);
-    ck_assert_uint_eq(st.bytes_used, 8 * 64);
-    ck_assert_uint_eq(arena_used(&x.a), 8 * 64);
-    check_invariants(c);
-
-    /* B unpinned: the refusal evicts it (its unit merges both holes) and
-     * the retry fits.  The budget alone would not have evicted anything. */
-    convcache_unpin(b);
-    ck_assert_msg(capture(c, 1, te, 96, NULL, &e, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(x.refusals, 2);
-    convcache_get_stats(c, &st);
-    ck_assert_uint_eq(st.evictions, 1);
-    ck_assert_int_eq(st.images, 2);
-    convcache_image *found;
-    ck_assert_int_eq(convcache_find(c, tb, 64, &found), 0);   /* B is gone */
-    ck_assert_int_eq(convcache_find(c, ta, 64, &found), 64);  /* A is kept */
-    ck_assert_uint_eq(st.bytes_used, 10 * 64);
-    ck_assert_uint_eq(arena_used(&x.a), 10 * 64);
-    check_content(a, 1);
-    check_content(e, 1);
-    check_invariants(c);
-    const char *why = NULL;
-    ck_assert_msg(arena_check(&x.a, &why) == 0, "%s", why);
-    convcache_unpin(a);
-    arena_cache_free(c, &x);
-}
-END_TEST
-
 /* ---- capture bodies on the stage pool -------------------------------------- */
 
 typedef struct pool_capture {
@@ -780,17 +567,13 @@ END_TEST
 
 /* ---- random operations, invariants after every step ----------------------- */
 
-/* _i = 0: malloc; 1: an arena of exactly the budget, where an allocation
- * can fail for fragmentation (and for 64-byte rounding: these parts are
- * 4-12 bytes per token) and the cache must evict and retry. */
-START_TEST(stress_random_operations)
+/* Here over malloc; test_convcache_arena.c runs it over an arena. */
+void convcache_stress(convcache *c, const stress_alloc *al)
 {
-    const int S = 3;
-    const size_t max_bytes = 4000;
-    const int max_images = 7;
-    arena_al x;
-    convcache *c = _i ? arena_cache_new(&x, S, max_bytes, max_images)
-                      : cache_new(S, max_bytes, max_images);
+    const int S = STRESS_STAGES;
+    const size_t max_bytes = STRESS_MAX_BYTES;
+    const int max_images = STRESS_MAX_IMAGES;
+    const int *refusals = al->refusals;
     int nomem = 0, retried = 0;
     strata_error err = {0};
     uint64_t rng = 12345;
@@ -828,14 +611,14 @@ START_TEST(stress_random_operations)
             for (int s = 0; s < S; s++)
                 nb[s] = (size_t)(n - len) * bytes_per_token(s);
             convcache_capture *cap;
-            int refused = _i ? x.refusals : 0;
+            int refused = refusals ? *refusals : 0;
             int rc = convcache_begin(c, t, n, n, img, nb, &cap, &err);
             if (rc == STRATA_E_LIMIT) {
                 limits++;
-            } else if (_i && rc == STRATA_E_NOMEM) {
+            } else if (refusals && rc == STRATA_E_NOMEM) {
                 nomem++;      /* refused after evicting all it could */
             } else {
-                retried += _i && x.refusals > refused;
+                retried += refusals && *refusals > refused;
                 ck_assert_msg(rc == 0, "%s", err.msg);
                 for (int s = 0; s < S; s++)
                     fill_pattern(convcache_capture_part(cap, s), nb[s],
@@ -877,12 +660,8 @@ START_TEST(stress_random_operations)
         ck_assert_int_le(st.images + st.captures, max_images);
         if (step % 16 == 0)
             check_invariants(c);
-        if (_i) {
-            /* rounded up to 64, the arena's bytes cover the budget's */
-            ck_assert_uint_ge(arena_used(&x.a), st.bytes_used);
-            const char *why = NULL;
-            ck_assert_msg(arena_check(&x.a, &why) == 0, "%s", why);
-        }
+        if (al->check)
+            al->check(&st, al->ctx);
     }
     check_invariants(c);
     convcache_stats st;
@@ -893,17 +672,21 @@ START_TEST(stress_random_operations)
     ck_assert_int_gt(hits, 100);
     ck_assert_uint_gt(st.evictions, 100);
     ck_assert_uint_gt(st.bytes_reused, 0);
-    if (_i)
+    if (refusals)
         ck_assert_msg(retried > 0, "no capture fitted after evicting for the "
-                      "arena (%d refused outright)", nomem);
+                      "allocator (%d refused outright)", nomem);
     while (n_open > 0)
         convcache_abort(c, open[--n_open].cap);
-    if (_i)
-        arena_cache_free(c, &x);
-    else
-        convcache_free(c);
+}
+
+START_TEST(stress_random_operations)
+{
+    convcache *c = cache_new(STRESS_STAGES, STRESS_MAX_BYTES, STRESS_MAX_IMAGES);
+    convcache_stress(c, &(stress_alloc){0});
+    convcache_free(c);
 }
 END_TEST
+
 
 static Suite *convcache_suite(void)
 {
@@ -921,9 +704,8 @@ static Suite *convcache_suite(void)
     tcase_add_test(tc, duplicate_commit_keeps_one_image);
     tcase_add_test(tc, checksum_detects_flipped_byte);
     tcase_add_test(tc, allocator_is_pluggable_and_failure_is_clean);
-    tcase_add_test(tc, arena_fragmentation_evicts_and_retries);
     tcase_add_test(tc, stage_failure_leaves_no_torn_image);
-    tcase_add_loop_test(tc, stress_random_operations, 0, 2);
+    tcase_add_test(tc, stress_random_operations);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* test_scheduler_kv.c: resident reuse and KV room in the scheduler
- * (engine/scheduler.h, engine/sched_slots.c).  Suite `scheduler`, cases
- * `resident` and `kvroom`.
+ * (engine/scheduler.h, engine/sched_slots.c), and what its counters hold
+ * when a request is reported finished.  Suite `scheduler`, cases
+ * `resident`, `kvroom` and `finish`.
  *
  * A small generated llama (test_tiny_llama: 4 layers, dim 128) on the CPU
  * keeps these fast.  The judges: the same requests with resident reuse off
@@ -481,6 +482,61 @@ START_TEST(exhausted_pool_without_cache_fails_one)
 }
 END_TEST
 
+/* ---- finished means counted ---------------------------------------------- */
+
+enum { FC_TURNS = 32, FC_PROMPT = 64 };
+
+/* When sched_wait returns, the scheduler is done with the request and its
+ * counters say so: with resident reuse off, the conversation was captured
+ * as its turn ended; a request failed for KV pages was counted.  (The
+ * scheduler used to wake the caller first and capture after, so a client
+ * reading the counters right after a turn could miss that turn's capture:
+ * a race, which the old order lost at most such turns on a two-core
+ * machine, and within the first 7 of these in every run.) */
+START_TEST(counters_include_a_request_when_wait_returns)
+{
+    strata_engine *e = kv_engine(1, 256, 0, NULL);
+    strata_sched *s = kv_sched_hook(e, 0, 64, 256, NULL, NULL);
+    int32_t *conv = malloc(sizeof *conv * FC_PROMPT);
+    sched_cache_stats st;
+    for (int k = 0; k < FC_TURNS; k++) {
+        rand_tokens(conv, FC_PROMPT, 50 + (uint64_t)k);
+        sched_request r = sched_test_greedy(conv, FC_PROMPT, 2);
+        sched_handle *h;
+        strata_error err = {0};
+        ck_assert_msg(sched_submit(s, &r, &h, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(sched_wait(h, NULL), 0);
+        sched_get_cache_stats(s, &st);
+        int images = k + 1 < st.cache.images_max ? k + 1 : st.cache.images_max;
+        ck_assert_msg(st.captures == (uint64_t)k + 1 && st.cache.images == images,
+                      "turn %d: %llu captures and %d images when sched_wait returned", k + 1,
+                      (unsigned long long)st.captures, st.cache.images);
+        sched_handle_free(h);
+    }
+    ck_assert_int_eq(st.capture_failures, 0);
+    free(conv);
+    sched_free(s);
+    strata_close(e);
+
+    /* No cache, a pool of one page, a prompt that needs two: refused for
+     * pages, and counted by the time the caller hears. */
+    int32_t big[300];
+    rand_tokens(big, 300, 9);
+    e = kv_engine(1, 512, 1, NULL);
+    s = kv_sched_hook(e, 1, 0, 64, NULL, NULL);
+    sched_request r = sched_test_greedy(big, 300, 2);
+    sched_handle *h;
+    strata_error err = {0};
+    ck_assert_int_eq(sched_submit(s, &r, &h, &err), 0);
+    ck_assert_int_eq(sched_wait(h, NULL), STRATA_E_LIMIT);
+    sched_get_cache_stats(s, &st);
+    ck_assert_int_eq(st.kv_failures, 1);
+    sched_handle_free(h);
+    sched_free(s);
+    strata_close(e);
+}
+END_TEST
+
 static Suite *scheduler_kv_suite(void)
 {
     /* Named like test_scheduler.c's suite: CK_RUN_SUITE=scheduler runs both. */
@@ -495,6 +551,10 @@ static Suite *scheduler_kv_suite(void)
     tcase_add_test(room, exhausted_pool_parks_and_resumes);
     tcase_add_test(room, exhausted_pool_without_cache_fails_one);
     suite_add_tcase(s, room);
+    TCase *finish = tcase_create("finish");
+    tcase_set_timeout(finish, 900);
+    tcase_add_test(finish, counters_include_a_request_when_wait_returns);
+    suite_add_tcase(s, finish);
     return s;
 }
 
