@@ -411,7 +411,8 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
         ce->total_bytes += ((cuda_stage *)e->stages[i].cuda)->weight_bytes;
     }
     ce->force_bounce = env_on("STRATA_FORCE_BOUNCE");
-    strata_pdl_off = env_on("STRATA_NO_PDL");
+    if (env_on("STRATA_NO_PDL"))
+        strata_pdl_off = 1;   /* only ever set here: a test may set it too */
     ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */
     /* Peer access between consecutive stages on different cards. */
     for (int i = 0; i + 1 < e->n_stages; i++) {
