@@ -112,48 +112,21 @@ static void greedy(strata_seq *s, float *logits, int n, int32_t *out)
 
 /* ---- plain readers of the pools (park_testutil.h) --------------------------- */
 
-static char *ref_span(const strata_seq *s, int stage, int t0, int t1, size_t *bytes)
+static kv_pool *host_pool(const strata_engine *e, int stage)
 {
-    return park_ref_span(s->e->stages[stage].kv, s->kv[stage].pages, t0, t1, bytes);
+    return e->stages[stage].kv;   /* CPU backend: the pool is host memory */
 }
 
-static char *dump_stage(const strata_seq *s, int stage, int n, size_t *bytes)
-{
-    return park_dump_stage(s->e->stages[stage].kv, s->kv[stage].pages, n, bytes);
-}
+static const park_pool_reader HOST = {host_pool, NULL};
 
 static void assert_same_kv(const strata_seq *a, const strata_seq *b, int n)
 {
-    for (int i = 0; i < a->e->n_stages; i++) {
-        size_t na, nb;
-        char *x = dump_stage(a, i, n, &na), *y = dump_stage(b, i, n, &nb);
-        ck_assert_uint_eq(na, nb);
-        ck_assert_msg(!memcmp(x, y, na), "stage %d: K/V differs", i);
-        free(x);
-        free(y);
-    }
+    park_assert_same_kv(&HOST, a, b, n);
 }
 
-/* The last span of the image of s's tokens equals the reference reading. */
 static void assert_span_matches(strata_park *pk, const strata_seq *s, int t0)
 {
-    convcache_image *img = NULL;
-    int n = s->n_tokens;
-    ck_assert_int_eq(convcache_find(park_cache(pk), s->tokens, n, &img), n);
-    strata_error err = {0};
-    ck_assert_msg(convcache_verify(img, -1, &err) == 0, "%s", err.msg);
-    int last = convcache_image_n_spans(img) - 1;
-    for (int i = 0; i < s->e->n_stages; i++) {
-        convcache_span sp;
-        ck_assert_int_eq(convcache_image_span(img, i, last, &sp, &err), 0);
-        ck_assert_int_eq(sp.t0, t0);
-        ck_assert_int_eq(sp.t1, n);
-        size_t nb;
-        char *ref = ref_span(s, i, t0, n, &nb);
-        ck_assert_uint_eq(sp.bytes, nb);
-        ck_assert_msg(!memcmp(sp.data, ref, nb), "stage %d: span [%d, %d) differs", i, t0, n);
-        free(ref);
-    }
+    park_assert_span_matches(&HOST, pk, s, t0);
 }
 
 static void capture(strata_park *pk, strata_seq *s, int want_kind)

@@ -80,42 +80,16 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
     ck_assert_int_eq(kind, want_kind);
 }
 
-/* The last span of s's image equals the rows read from the mirrors. */
+static const park_pool_reader MIRROR = {mirror, mirror_free};
+
 static void assert_span_matches(strata_park *pk, const strata_seq *s, int t0)
 {
-    convcache_image *img = NULL;
-    int n = s->n_tokens;
-    ck_assert_int_eq(convcache_find(park_cache(pk), s->tokens, n, &img), n);
-    strata_error err = {0};
-    ck_assert_msg(convcache_verify(img, -1, &err) == 0, "%s", err.msg);
-    int last = convcache_image_n_spans(img) - 1;
-    for (int i = 0; i < s->e->n_stages; i++) {
-        convcache_span sp;
-        ck_assert_int_eq(convcache_image_span(img, i, last, &sp, &err), 0);
-        ck_assert_int_eq(sp.t0, t0);
-        kv_pool *m = mirror(s->e, i);
-        size_t nb;
-        char *ref = park_ref_span(m, s->kv[i].pages, t0, n, &nb);
-        ck_assert_uint_eq(sp.bytes, nb);
-        ck_assert_msg(!memcmp(sp.data, ref, nb), "stage %d: span [%d, %d) differs", i, t0, n);
-        free(ref);
-        mirror_free(m);
-    }
+    park_assert_span_matches(&MIRROR, pk, s, t0);
 }
 
 static void assert_same_kv(const strata_seq *a, const strata_seq *b, int n)
 {
-    for (int i = 0; i < a->e->n_stages; i++) {
-        kv_pool *m = mirror(a->e, i);
-        size_t na, nb;
-        char *x = park_dump_stage(m, a->kv[i].pages, n, &na);
-        char *y = park_dump_stage(m, b->kv[i].pages, n, &nb);
-        ck_assert_uint_eq(na, nb);
-        ck_assert_msg(!memcmp(x, y, na), "stage %d: K/V differs", i);
-        free(x);
-        free(y);
-        mirror_free(m);
-    }
+    park_assert_same_kv(&MIRROR, a, b, n);
 }
 
 static void greedy(strata_seq *s, float *lg, int n, int32_t *out)

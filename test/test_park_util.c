@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/convcache.h"
+#include "testutil.h"
+
 static size_t rowb(const kv_pool *p, int b)
 {
     return kv_page_buf_bytes(p, b) / ((size_t)p->n_kv_head * KV_PAGE);
@@ -49,4 +52,50 @@ char *park_dump_stage(const kv_pool *p, const int32_t *pages, int n, size_t *byt
                 }
     *bytes = (size_t)(w - out);
     return out;
+}
+
+static void release(const park_pool_reader *rd, kv_pool *p)
+{
+    if (rd->release)
+        rd->release(p);
+}
+
+void park_assert_span_matches(const park_pool_reader *rd, strata_park *pk, const strata_seq *s,
+                              int t0)
+{
+    convcache_image *img = NULL;
+    int n = s->n_tokens;
+    ck_assert_int_eq(convcache_find(park_cache(pk), s->tokens, n, &img), n);
+    strata_error err = {0};
+    ck_assert_msg(convcache_verify(img, -1, &err) == 0, "%s", err.msg);
+    int last = convcache_image_n_spans(img) - 1;
+    for (int i = 0; i < s->e->n_stages; i++) {
+        convcache_span sp;
+        ck_assert_int_eq(convcache_image_span(img, i, last, &sp, &err), 0);
+        ck_assert_int_eq(sp.t0, t0);
+        ck_assert_int_eq(sp.t1, n);
+        kv_pool *p = rd->get(s->e, i);
+        size_t nb;
+        char *ref = park_ref_span(p, s->kv[i].pages, t0, n, &nb);
+        release(rd, p);
+        ck_assert_uint_eq(sp.bytes, nb);
+        ck_assert_msg(!memcmp(sp.data, ref, nb), "stage %d: span [%d, %d) differs", i, t0, n);
+        free(ref);
+    }
+}
+
+void park_assert_same_kv(const park_pool_reader *rd, const strata_seq *a, const strata_seq *b,
+                         int n)
+{
+    for (int i = 0; i < a->e->n_stages; i++) {
+        kv_pool *p = rd->get(a->e, i);
+        size_t na, nb;
+        char *x = park_dump_stage(p, a->kv[i].pages, n, &na);
+        char *y = park_dump_stage(p, b->kv[i].pages, n, &nb);
+        release(rd, p);
+        ck_assert_uint_eq(na, nb);
+        ck_assert_msg(!memcmp(x, y, na), "stage %d: K/V differs", i);
+        free(x);
+        free(y);
+    }
 }
