@@ -2,7 +2,7 @@
  * shuttle on the card (engine/park.c, park_cuda.c: the pinned arena and the
  * per-stage copy streams), judged byte for byte: each stage's KV pool is
  * read back whole into a host mirror and the spans and K/V are read from it
- * row by row (park_testutil.h), as the CPU suite "park" does on host pools.
+ * row by row (test_park.h), as the CPU suite "park" does on host pools.
  * Then greedy tokens after a restore equal those of never having parked.
  * A layer split "1,2,3" puts four stages on the one card. */
 #include "testutil.h"
@@ -18,7 +18,7 @@
 #include "engine/engine_internal.h"
 #include "engine/park.h"
 #include "kernels/ops.h"
-#include "park_testutil.h"
+#include "test_park.h"
 
 #define N_VOCAB 512
 

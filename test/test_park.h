@@ -1,8 +1,9 @@
-/* park_testutil.h: the K/V of a sequence read the slow way, row by row,
- * for the park suites (test_park.c on the CPU, test_park_cuda.c on a card,
- * where the pool is first read back whole into a host mirror). */
-#ifndef STRATA_PARK_TESTUTIL_H
-#define STRATA_PARK_TESTUTIL_H
+/* test_park.h: the K/V of a sequence read the slow way, row by row,
+ * shared by the park suites (test_park.c on the CPU, which implements
+ * these; test_park_cuda.c on a card, where the pool is first read back
+ * whole into a host mirror). */
+#ifndef STRATA_TEST_PARK_H
+#define STRATA_TEST_PARK_H
 
 #include <stddef.h>
 #include <stdint.h>
