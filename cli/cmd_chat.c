@@ -134,15 +134,26 @@ static void print_stats(chat_state *c)
     } else {
         const sched_result *r = &c->last;
         int n_reused = r->n_resident + r->n_restored, n_read = r->n_prompt - n_reused;
-        /* t_first holds the queue wait, the restore and the reading */
-        double t_read = r->t_first - r->t_admit - r->t_restore;
+        /* The reading ends at the first sample: the first token's time, or,
+         * when no token came (a stop token sampled first: an empty answer),
+         * the answer's end (t_first is 0 then).  Either holds the queue
+         * wait, the restore and the reading. */
+        double t_sampled = r->n_gen > 0 ? r->t_first : r->t_done;
+        double t_read = t_sampled - r->t_admit - r->t_restore;
+        if (t_read < 0)
+            t_read = 0;
+        char first[64];
+        if (r->n_gen > 0)
+            snprintf(first, sizeof first, "first token after %.3f s", r->t_first);
+        else
+            snprintf(first, sizeof first, "no token (ended after %.3f s)", r->t_done);
         double gbs = r->decode_tps * (double)strata_model(c->fe.e)->weight_bytes / 1e9;
         printf("strata: prompt %d tok: %d reused (%d kept in the slot, %d restored in %.4f s), "
                "%d read (%.2f s, %.1f tok/s); "
-               "first token after %.3f s; decode %d tok (%.1f tok/s, %.2f GB/s of weights); "
+               "%s; decode %d tok (%.1f tok/s, %.2f GB/s of weights); "
                "context %d/%d; finish %s; load %.2f s%s\n",
                r->n_prompt, n_reused, r->n_resident, r->n_restored, r->t_restore, n_read, t_read,
-               t_read > 0 ? n_read / t_read : 0.0, r->t_first, r->n_gen, r->decode_tps, gbs,
+               t_read > 0 ? n_read / t_read : 0.0, first, r->n_gen, r->decode_tps, gbs,
                c->last_ctx < n_ctx ? c->last_ctx : n_ctx, n_ctx, sched_finish_name(r->finish),
                c->fe.t_load,
                r->finish == SCHED_FINISH_CANCELLED ? " [interrupted]" : "");

@@ -185,7 +185,10 @@ typedef struct sched_result {
     int slot;               /* slot it ran in, or -1 if never admitted */
     /* Seconds from submission: */
     double t_admit;         /* a slot took it (queue wait) */
-    double t_first;         /* first token: the time to first token */
+    double t_first;         /* first token: the time to first token; 0
+                             * when none came (n_gen == 0: a stop token
+                             * sampled first, or cancelled or failed
+                             * before one) */
     double t_restore;       /* of that: seconds the restore's copy took */
     double t_done;          /* finished (before its conversation was
                              * captured, when it was) */

@@ -9,7 +9,9 @@
  *     follow-ups still reuse the slot and nothing is restored;
  *   - Ctrl-C (SIGINT) during an answer cancels it, keeps what was said in
  *     the history and returns to the prompt (demo model: it must still be
- *     answering when the signal comes; the tiny model finishes too fast).
+ *     answering when the signal comes; the tiny model finishes too fast);
+ *   - an empty answer (a stop token sampled first): /stats gives the
+ *     prompt's read time and says no token came.
  *
  * The tiny generated llama (test_tiny_llama) answers in milliseconds; its
  * text is noise (NUL bytes included: the output goes through tr or od
@@ -19,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/gguf.h"
+#include "model/mkmodel.h"
 
 #define NEED_CLI()                                                            \
     const char *cli = test_cli();                                             \
@@ -30,6 +35,33 @@ static const char *tiny_model(void)
     static const char *path;
     if (!path)
         path = test_tiny_llama("chat-cli-llama", 400, 11);
+    return path;
+}
+
+/* The tiny llama with output.weight all zeros: every logit is 0, so greedy
+ * sampling takes the lowest id, MKMODEL_TOKEN_EOT (<|endoftext|>), a stop
+ * token: every answer is empty. */
+static const char *silent_model(void)
+{
+    static const char *path;
+    if (path)
+        return path;
+    const char *p = test_tiny_llama("chat-cli-silent", 400, 11);
+    gguf *g = NULL;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(p, &g, &err) == 0, "%s", err.msg);
+    const gguf_tensor *t = gguf_find_tensor(g, "output.weight");
+    ck_assert_ptr_nonnull(t);
+    long off = (long)(gguf_data_offset(g) + t->offset);
+    size_t n = t->nbytes;
+    gguf_close(g);
+    unsigned char *zeros = calloc(n, 1);
+    FILE *f = fopen(p, "r+b");
+    ck_assert_msg(zeros && f && fseek(f, off, SEEK_SET) == 0 && fwrite(zeros, 1, n, f) == n,
+                  "cannot zero output.weight in %s", p);
+    ck_assert_int_eq(fclose(f), 0);
+    free(zeros);
+    path = p;
     return path;
 }
 
@@ -177,6 +209,42 @@ START_TEST(sigint_cancels_the_answer)
 }
 END_TEST
 
+/* A stop token sampled first: an empty answer.  /stats must still time the
+ * reading (it ends at that sample, not at a first token that never came:
+ * "read (-0.00 s" once) and say that no token came, not give a time to it
+ * ("first token after 0.000 s" once). */
+START_TEST(empty_answer_stats)
+{
+    NEED_CLI();
+    ck_assert_int_eq(MKMODEL_TOKEN_EOT, 0); /* the lowest id, as silent_model needs */
+    char *out = NULL;
+    int rc = test_runf(&out, "printf 'hello there\\n/stats\\nand again\\n/stats\\n' | '%s' chat "
+                             "-m '%s' " TINY_ARGS " 2>&1 | tr -d '\\000'", cli, silent_model());
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    for (int k = 0; k < 2; k++) {
+        turn_stats t;
+        ck_assert_msg(stats_at(out, k, &t), "no /stats %d:\n%s", k + 1, out);
+        ck_assert_msg(t.gen == 0 && !strcmp(t.finish, "stop"),
+                      "turn %d: %d tokens, finish %s: the model is not silent:\n%s", k + 1,
+                      t.gen, t.finish, out);
+        ck_assert_int_eq(t.ctx, t.prompt);
+    }
+    const char *p = out;
+    for (int k = 0; k < 2; k++) {
+        p = strstr(p, " read (");
+        ck_assert_msg(p != NULL, "no read time in /stats %d:\n%s", k + 1, out);
+        double s = -1;
+        p += strlen(" read (");
+        ck_assert_msg(*p != '-' && sscanf(p, "%lf s", &s) == 1 && s >= 0,
+                      "/stats %d: negative read time:\n%s", k + 1, out);
+    }
+    ck_assert_msg(strstr(out, "first token after") == NULL, "a first-token time with no token:\n%s",
+                  out);
+    ck_assert_msg(strstr(out, "no token") != NULL, "/stats does not say no token came:\n%s", out);
+    free(out);
+}
+END_TEST
+
 /* -n 0 is refused: the scheduler reads max_tokens <= 0 as no limit. */
 START_TEST(n_zero_is_a_clear_error)
 {
@@ -198,6 +266,7 @@ static Suite *chat_cli_suite(void)
     tcase_add_test(tc, cache_off_same_answers);
     tcase_add_test(tc, sigint_cancels_the_answer);
     tcase_add_test(tc, n_zero_is_a_clear_error);
+    tcase_add_test(tc, empty_answer_stats);
     suite_add_tcase(s, tc);
     return s;
 }
