@@ -522,6 +522,8 @@ typedef struct cache_run {
     sched_cache_stats st;
 } cache_run;
 
+static int cc_backend = STRATA_BACKEND_CPU;   /* the cuda case sets it */
+
 static strata_engine *cache_engine(const cache_conf *c)
 {
     if (c->parallel)
@@ -530,7 +532,7 @@ static strata_engine *cache_engine(const cache_conf *c)
         unsetenv("STRATA_STAGE_COPY_PARALLEL");
     strata_params p = strata_params_default();
     p.model_path = cache_model();
-    p.backend = STRATA_BACKEND_CPU;
+    p.backend = cc_backend;
     p.n_slots = 2;
     p.n_ctx = 256;
     p.n_chunk = 16;
@@ -661,7 +663,9 @@ START_TEST(cache_restores_and_matches_rereading)
 }
 END_TEST
 
-START_TEST(cache_split_serial_parallel)
+/* The same answers with the cache off and on, serial and parallel stage
+ * copies, one to four stages (on the backend cache_engine opens). */
+static void split_serial_parallel(void)
 {
     cache_run *ref = malloc(sizeof *ref), *o = malloc(sizeof *o);
     cache_conf off = {NULL, NULL, 0, 0};
@@ -683,6 +687,24 @@ START_TEST(cache_split_serial_parallel)
     }
     free(ref);
     free(o);
+}
+
+START_TEST(cache_split_serial_parallel)
+{
+    split_serial_parallel();
+}
+END_TEST
+
+/* The same on the card: the stages share it, the cache is the pinned
+ * arena, the copies run on the workers' copy streams. */
+START_TEST(cache_split_serial_parallel_cuda)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    cc_backend = STRATA_BACKEND_CUDA;
+    split_serial_parallel();
+    cc_backend = STRATA_BACKEND_CPU;
 }
 END_TEST
 
@@ -754,6 +776,7 @@ static Suite *scheduler_suite(void)
     tcase_set_timeout(cache, 900);
     tcase_add_test(cache, cache_restores_and_matches_rereading);
     tcase_add_test(cache, cache_split_serial_parallel);
+    tcase_add_test(cache, cache_split_serial_parallel_cuda);
     tcase_add_test(cache, cache_chat_messages_continue);
     suite_add_tcase(s, cache);
     return s;
