@@ -33,11 +33,13 @@ static const char *kv_model(void)
 
 /* kv_pages: the per-stage KV pool in pages (0: the engine's default, a
  * whole context per slot). */
+static int kv_backend = STRATA_BACKEND_CPU;   /* the cuda case sets it */
+
 static strata_engine *kv_engine(int slots, int n_ctx, int kv_pages, const char *split)
 {
     strata_params p = strata_params_default();
     p.model_path = kv_model();
-    p.backend = STRATA_BACKEND_CPU;
+    p.backend = kv_backend;
     p.n_slots = slots;
     p.n_ctx = n_ctx;
     p.n_chunk = 16;
@@ -357,7 +359,8 @@ static void kr_solo(int32_t want[KR_N][KR_GEN], int n_want[KR_N])
  * are parked (newest first) and resume later, every one producing the
  * tokens it produces with room to spare; the sampled one too, so its
  * generator went along.  One stage and two. */
-START_TEST(exhausted_pool_parks_and_resumes)
+/* The parking part of the case below, on the backend kv_engine opens. */
+static void parks_and_resumes(void)
 {
     int32_t want[KR_N][KR_GEN];
     int n_want[KR_N];
@@ -396,6 +399,11 @@ START_TEST(exhausted_pool_parks_and_resumes)
     }
     free(ref);
     free(o);
+}
+
+START_TEST(exhausted_pool_parks_and_resumes)
+{
+    parks_and_resumes();
 
     /* A conversation larger than the whole pool cannot be helped by
      * parking: it fails, with the cache on too, and says so. */
@@ -414,6 +422,19 @@ START_TEST(exhausted_pool_parks_and_resumes)
     sched_handle_free(h);
     sched_free(s);
     strata_close(e);
+}
+END_TEST
+
+/* The same on the card (one stage and two sharing it): parked and resumed
+ * requests produce the ids of the roomy run, bit for bit. */
+START_TEST(exhausted_pool_parks_and_resumes_cuda)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    kv_backend = STRATA_BACKEND_CUDA;
+    parks_and_resumes();
+    kv_backend = STRATA_BACKEND_CPU;
 }
 END_TEST
 
@@ -549,6 +570,7 @@ static Suite *scheduler_kv_suite(void)
     TCase *room = tcase_create("kvroom");
     tcase_set_timeout(room, 900);
     tcase_add_test(room, exhausted_pool_parks_and_resumes);
+    tcase_add_test(room, exhausted_pool_parks_and_resumes_cuda);
     tcase_add_test(room, exhausted_pool_without_cache_fails_one);
     suite_add_tcase(s, room);
     TCase *finish = tcase_create("finish");
