@@ -372,6 +372,18 @@ START_TEST(cuda_split_batch_chunk_invariance)
 }
 END_TEST
 
+/* Dense again, with head_dim 64: the attention's tensor-core path
+ * (kernels/cuda/attention.cu, att_fast_ok), which the llama above (head_dim
+ * 32) does not take and the MoE model below does. */
+START_TEST(cuda_qwen3_split_batch_chunk_invariance)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --type iq3_xxs", QWEN3);
+    gpu_invariance(mkmodel("qwen3-inv", a), 6);
+}
+END_TEST
+
 START_TEST(cuda_moe_split_batch_chunk_invariance)
 {
     NEED_GPU();
@@ -391,6 +403,7 @@ static Suite *cuda_engine_suite(void)
     tcase_add_test(tc, cuda_qwen3moe_q2_0_matches_cpu);
     tcase_add_test(tc, cuda_demo_model_matches_cpu);
     tcase_add_test(tc, cuda_split_batch_chunk_invariance);
+    tcase_add_test(tc, cuda_qwen3_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_moe_split_batch_chunk_invariance);
     suite_add_tcase(s, tc);
     return s;
