@@ -115,6 +115,11 @@ static int measure_link(strata_engine *e, int to_host, double *gbps, strata_erro
     if (e->backend == STRATA_BACKEND_CUDA) {
         double worst = 0;
         for (int i = 0; i < e->n_stages; i++) {
+            int seen = 0;   /* stages sharing a card share its link: once per card */
+            for (int k = 0; k < i; k++)
+                seen |= e->stages[k].device == e->stages[i].device;
+            if (seen)
+                continue;
             double g;
             int rc = park_cuda_bandwidth(e->stages[i].device, (size_t)1 << 30, to_host, 5, &g,
                                          err);
