@@ -334,13 +334,15 @@ static int cross(strata_engine *e, cuda_stage *a, cuda_stage *b, cudaEvent_t ev,
     return 0;
 }
 
-/* Before stage si's stream writes its hidden state x again: the next
- * stage's stream must have copied it (cross() records x_taken after the
- * copy).  A prompt chunk before the last returns without synchronising,
- * so with a split stage si can start the next chunk, and overwrite x,
- * while the next stage's stream is still busy with the previous one and
- * has not yet made its copy (found by bench --conversations: a 100K-token
- * prompt read twice gave two different first tokens).  A wait on the card,
+/* Before stage si's stream writes its hidden state x again (the crossing
+ * from stage si-1 into it, then the stage's kernels): the next stage's
+ * stream must have copied it (cross() records x_taken after the copy).
+ * A prompt chunk before the last returns without synchronising, so with a
+ * split stage si can start the next chunk, and overwrite x, while the next
+ * stage's stream is still busy with the previous one and has not yet made
+ * its copy (found by bench --conversations: a 100K-token prompt read twice
+ * gave two different first tokens).  A middle stage writes x first with
+ * its own crossing, so the wait goes before that.  A wait on the card,
  * across cards too; a no-op before the first crossing. */
 static int x_free(strata_engine *e, int si, strata_error *err)
 {
@@ -465,12 +467,12 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
             cuda_stage *cs = st->cuda;
             cuda_stage v = group_view(cs, D, V, off, g);
             CUDA_CHECK(err, cudaSetDevice(cs->dev));
-            if (si > 0) {
+            if (g == 0)
+                rc = x_free(e, si, err); /* before the crossing writes x too */
+            if (!rc && si > 0) {
                 cuda_stage *a = e->stages[si - 1].cuda;
                 rc = cross(e, a, cs, a->group_done[g], off, len, err);
             }
-            if (!rc && g == 0)
-                rc = x_free(e, si, err);
             rc = rc ? rc : group_run(e, st, cs, &v, &cg, off, g, err);
             e->group_runs++;
         }
@@ -501,11 +503,11 @@ static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, 
         cuda_stage *cs = st->cuda;
         CUDA_CHECK(err, cudaSetDevice(cs->dev));
         rc = stage_inputs(e, st, cs, rows, c, err);
+        rc = rc ? rc : x_free(e, si, err); /* before the crossing writes x too */
         if (!rc && si > 0) {
             cuda_stage *a = e->stages[si - 1].cuda;
             rc = cross(e, a, cs, a->done, 0, n, err);
         }
-        rc = rc ? rc : x_free(e, si, err);
         rc = rc ? rc : stage_run(e, st, cs, c, err);
     }
     return rc;
