@@ -245,6 +245,34 @@ START_TEST(empty_answer_stats)
 }
 END_TEST
 
+/* `strata-cli chat --backend cuda` with the demo model: two turns on the
+ * card, the first answered right (greedy), the second continuing the first
+ * from its slot (every token of turn 1 reused, only the new ones read). */
+START_TEST(demo_chat_on_the_card)
+{
+    NEED_CLI();
+    const char *why = NULL;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)");
+    char *out = NULL;
+    int rc = test_runf(&out, "printf 'What is the capital of France?\\n/stats\\nAnd of "
+                             "Germany?\\n/stats\\n/quit\\n' | '%s' chat -m '%s' -n 64 --temp 0 "
+                             "--backend cuda 2>&1; echo \"exit=$?\"", cli, model);
+    ck_assert_msg(rc == 0 && strstr(out, "exit=0\n"), "chat --backend cuda failed:\n%s", out);
+    ck_assert_msg(strstr(out, "on the card") != NULL, "not on the card:\n%s", out);
+    ck_assert_msg(strstr(out, "Paris") != NULL, "the first answer lacks Paris:\n%s", out);
+    turn_stats t1, t2;
+    ck_assert_msg(stats_at(out, 0, &t1) && stats_at(out, 1, &t2), "no /stats:\n%s", out);
+    ck_assert_msg(t1.gen > 0 && t2.gen > 0, "an empty answer:\n%s", out);
+    ck_assert_int_eq(t2.reused, parked(&t1));
+    ck_assert_int_eq(t2.read, t2.prompt - t2.reused);
+    free(out);
+}
+END_TEST
+
 /* -n 0 is refused: the scheduler reads max_tokens <= 0 as no limit. */
 START_TEST(n_zero_is_a_clear_error)
 {
@@ -267,6 +295,7 @@ static Suite *chat_cli_suite(void)
     tcase_add_test(tc, sigint_cancels_the_answer);
     tcase_add_test(tc, n_zero_is_a_clear_error);
     tcase_add_test(tc, empty_answer_stats);
+    tcase_add_test(tc, demo_chat_on_the_card);
     suite_add_tcase(s, tc);
     return s;
 }
