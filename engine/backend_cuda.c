@@ -49,6 +49,39 @@ static int matmul(cuda_stage *cs, const dweight *w, const float *x, int n, float
                        cs->mm_scratch_bytes, cs->compute, err);
 }
 
+/* One expert matrix product over the expert-sorted rows (moe_grouped). */
+static int grouped(cuda_stage *cs, const dweight *w, int n_expert, const float *x, int n, float *y,
+                   strata_error *err)
+{
+    return cuda_matmul_grouped(w->type, w->d, w->rows, w->cols, n_expert, cs->moe_off, x, n, y,
+                               cs->mm_scratch, cs->mm_scratch_bytes, cs->compute, err);
+}
+
+/* The experts over many rows (a prompt chunk): the n*k (token, slot) pairs
+ * sorted by expert, each expert's rows multiplied at once (three launches
+ * for all experts instead of three per pair), then combined back in slot
+ * order.  Each row's arithmetic is the matvec path's, bit for bit
+ * (cuda_matmul_grouped), so a token's output does not depend on the path.
+ * Buffers: xg (sorted inputs) in hb2; gate | up in hb; their SwiGLU in hb2;
+ * the down products in hb. */
+static int moe_grouped(strata_engine *e, cuda_stage *cs, const dlayer *d, int n,
+                       strata_error *err)
+{
+    const model_hparams *hp = &e->m->hp;
+    int64_t D = hp->n_embd, F = d->gate_exps.rows;
+    int k = hp->n_expert_used, E = hp->n_expert, nk = n * k;
+    int32_t *rows = cs->moe_off + E + 1, *inv = rows + (size_t)cs->max_pairs;
+    float *xg = cs->hb2, *g = cs->hb, *u = cs->hb + (size_t)nk * F, *h = cs->hb2, *y = cs->hb;
+    int rc = cuda_moe_group(cs->moe_sel, n, k, E, cs->moe_off, rows, inv, cs->compute, err);
+    rc = rc ? rc : cuda_moe_gather(cs->xb, n, k, D, rows, xg, cs->compute, err);
+    rc = rc ? rc : grouped(cs, &d->gate_exps, E, xg, nk, g, err);
+    rc = rc ? rc : grouped(cs, &d->up_exps, E, xg, nk, u, err);
+    rc = rc ? rc : cuda_swiglu(g, u, h, (int64_t)nk * F, cs->compute, err);
+    rc = rc ? rc : grouped(cs, &d->down_exps, E, h, nk, y, err);
+    rc = rc ? rc : cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err);
+    return rc;
+}
+
 static int moe_ffn(strata_engine *e, cuda_stage *cs, const dlayer *d, int n, strata_error *err)
 {
     const model_hparams *hp = &e->m->hp;
@@ -57,6 +90,14 @@ static int moe_ffn(strata_engine *e, cuda_stage *cs, const dlayer *d, int n, str
     rc = matmul(cs, &d->router, cs->xb, n, cs->att, err);
     rc = rc ? rc : cuda_moe_route(cs->att, n, hp->n_expert, k, cs->moe_sel, cs->moe_w,
                                   cs->compute, err);
+    /* Past a decode step's few rows: one grouped product per expert matrix
+     * (F32 experts, test models only, keep the matvecs). */
+    if (!rc && n > MOE_GROUPED_MIN_ROWS && d->gate_exps.type != GGML_TYPE_F32 &&
+        d->up_exps.type != GGML_TYPE_F32 && d->down_exps.type != GGML_TYPE_F32 &&
+        !((cuda_engine *)e->cuda)->no_grouped) {
+        rc = moe_grouped(e, cs, d, n, err);
+        return rc ? rc : cuda_add(cs->x, cs->att, (int64_t)n * D, cs->compute, err);
+    }
     /* Per token and slot, the three expert matvecs with the expert id read
      * on the card (graph-safe); slot (t, j) writes row t*k + j. */
     for (int t = 0; t < n && !rc; t++) {

@@ -264,7 +264,10 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
         {(void **)&cs->logits, is_last ? R * (size_t)hp->n_vocab * 4 : 0, "logits"},
         {(void **)&cs->moe_w, hp->n_expert ? R * k * 4 : 0, "router weights"},
         {(void **)&cs->moe_sel, hp->n_expert ? R * k * 4 : 0, "router choices"},
+        {(void **)&cs->moe_off, hp->n_expert ? ((size_t)hp->n_expert + 1 + 2 * R * k) * 4 : 0,
+         "expert groups"},
     };
+    cs->max_pairs = (int)(R * k);
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
         int rc = cuda_dmalloc(a[i].p, a[i].bytes, cs->dev, a[i].what, err);
         if (rc)
@@ -290,6 +293,12 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t b = cuda_matmul_scratch_bytes(types[t], (int64_t)((widest + 255) / 256 * 256), (int64_t)R);
         mm = b > mm ? b : mm;
+        if (hp->n_expert && types[t] != GGML_TYPE_F32) { /* moe_grouped: R * k pairs */
+            size_t ecols = hp->n_ff_exp > hp->n_embd ? hp->n_ff_exp : hp->n_embd;
+            b = cuda_matmul_grouped_scratch_bytes(types[t], (int64_t)((ecols + 255) / 256 * 256),
+                                                  (int64_t)(R * k));
+            mm = b > mm ? b : mm;
+        }
     }
     cs->mm_scratch_bytes = mm;
     rc = cuda_dmalloc(&cs->mm_scratch, mm, cs->dev, "matmul scratch", err);
@@ -411,6 +420,7 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
         ce->total_bytes += ((cuda_stage *)e->stages[i].cuda)->weight_bytes;
     }
     ce->force_bounce = env_on("STRATA_FORCE_BOUNCE");
+    ce->no_grouped = env_on("STRATA_MOE_MATVEC");
     if (env_on("STRATA_NO_PDL"))
         strata_pdl_off = 1;   /* only ever set here: a test may set it too */
     ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */
@@ -491,7 +501,7 @@ void cuda_engine_free(strata_engine *e)
         free_dweight(&cs->tok_embd);
         free_dweight(&cs->output);
         void *bufs[] = {cs->output_norm, cs->rope_freqs, cs->x, cs->xb, cs->q, cs->k, cs->v,
-                        cs->att, cs->hb, cs->hb2, cs->logits, cs->moe_w, cs->moe_sel, cs->d_in,
+                        cs->att, cs->hb, cs->hb2, cs->logits, cs->moe_w, cs->moe_sel, cs->moe_off, cs->d_in,
                         cs->mm_scratch, cs->att_scratch};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
             if (bufs[j])

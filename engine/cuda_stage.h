@@ -13,6 +13,9 @@
  * replaced): a step of n rows in G groups uses up to G (rows, offset)
  * pairs, so 128 holds every pair of a few batch sizes at once. */
 #define GROUP_GRAPHS 128
+/* MoE: calls of more rows than this run the experts as grouped matrix
+ * products (backend_cuda.c, moe_grouped), fewer as one matvec per pair. */
+#define MOE_GROUPED_MIN_ROWS 8
 
 typedef struct dweight {
     void *d;
@@ -48,6 +51,9 @@ typedef struct cuda_stage {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;
     float *moe_w;                /* [rows * k] */
     int32_t *moe_sel;            /* [rows * k] */
+    int32_t *moe_off;            /* grouped MoE: offsets [n_expert + 1] | sorted
+                                  * pairs [max_pairs] | their inverse [max_pairs] */
+    int max_pairs;               /* max_rows * k */
     /* per-call inputs, uploaded from `in`: one block of in_words per batch
      * group (cuda_engine.n_groups; block 0 is the whole call's when groups
      * are off), so a group's upload never overwrites words a stage is
@@ -86,6 +92,8 @@ typedef struct cuda_engine {
     int no_graphs;               /* STRATA_NO_GRAPHS set: decode steps launch kernels */
     int force_bounce;            /* STRATA_FORCE_BOUNCE=1: every crossing through pinned
                                   * host memory, also on one card (to test that path) */
+    int no_grouped;              /* STRATA_MOE_MATVEC=1: MoE prompts run one matvec
+                                  * per (token, expert) pair, as before grouping */
     float *h_logits;             /* pinned, max_rows x n_vocab */
     float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
     int32_t *h_next, *d_next;    /* [max_rows] sampled ids */

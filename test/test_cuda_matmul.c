@@ -3,7 +3,8 @@
  * decode kernel: a token's outputs must not depend on whether it was
  * computed in a prefill chunk or decoded alone (the invariance rule).
  * Token counts that are not multiples of the 64-token block, row counts
- * that are not multiples of the 128-row block. */
+ * that are not multiples of the 128-row block.  The grouped (MoE prefill)
+ * product likewise, against the expert matvec. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -128,6 +129,108 @@ START_TEST(matmul_checks_scratch)
 }
 END_TEST
 
+/* MoE prefill (cuda_matmul_grouped): tokens sorted by expert, one launch
+ * for all experts.  Each token's outputs must equal cuda_matvec_expert's
+ * bit for bit (so a prompt's experts agree with decode's), and the CPU
+ * reference (cpu_matmul on the expert's slab) within the type's tolerance.
+ * Group sizes: a full and a partial 64-token tile, none, one, exactly 64,
+ * three tiles, and a few (the grid's spare tiles must do nothing). */
+START_TEST(grouped_equals_matvec_bitwise)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    enum { E = 7 };
+    const int count[E] = {70, 0, 1, 64, 130, 9, 3};
+    const int64_t rows = 300, cols = 1280;
+    int32_t off[E + 1] = {0};
+    for (int e = 0; e < E; e++)
+        off[e + 1] = off[e] + count[e];
+    const int64_t n = off[E];
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        if (type == GGML_TYPE_F32)
+            continue; /* not grouped: the engine keeps matvecs for F32 experts */
+        const size_t slab = cuda_weight_bytes(type, rows, cols);
+        const size_t hslab = type_row_bytes(type, cols) * (size_t)rows;
+        uint8_t *w = cw_random_weights(type, rows * E, cols, 4000 + ti);
+        uint8_t *dw = NULL;
+        ck_assert(cudaMalloc((void **)&dw, slab * E) == cudaSuccess);
+        strata_error err = {0};
+        for (int e = 0; e < E; e++)
+            ck_assert_msg(cuda_weight_upload(type, rows, cols, w + e * hslab, dw + e * slab, 0, &err) == 0,
+                          "%s", err.msg);
+        float *x = malloc(n * cols * sizeof *x), *y = malloc(n * rows * sizeof *y);
+        float *yv = malloc(n * rows * sizeof *yv), *ref = malloc(n * rows * sizeof *ref);
+        test_fill_normal(x, (size_t)(n * cols), 1.0f, 91 + ti);
+        for (int e = 0; e < E; e++)
+            if (count[e])
+                cpu_matmul(type, w + e * hslab, rows, cols, x + off[e] * cols, count[e], ref + off[e] * rows);
+        float *dx = cw_dev_copy(x, n * cols * sizeof *x), *dy = NULL;
+        int32_t *doff = cw_dev_copy(off, sizeof off);
+        ck_assert(cudaMalloc((void **)&dy, n * rows * sizeof(float)) == cudaSuccess);
+        const size_t sb = cuda_matmul_grouped_scratch_bytes(type, cols, n);
+        void *scratch = NULL;
+        ck_assert(cudaMalloc(&scratch, sb) == cudaSuccess);
+        cw_poison(dy, (size_t)(n * rows));
+        ck_assert_msg(cuda_matmul_grouped(type, dw, rows, cols, E, doff, dx, n, dy, scratch, sb, 0, &err) == 0,
+                      "%s", err.msg);
+        cw_fetch(y, dy, (size_t)(n * rows));
+        const double rel = cw_rel_err(y, ref, (size_t)(n * rows));
+        fprintf(stderr, "cuda_matmul_grouped %-7s %d experts, %lld tokens: rel err %.3g\n", type_name(type), E,
+                (long long)n, rel);
+        ck_assert_msg(rel < cw_tolerance(type), "%s grouped: rel err %g", type_name(type), rel);
+        /* decode's kernel, one token at a time, the expert id on the card */
+        int32_t *dsel = NULL;
+        ck_assert(cudaMalloc((void **)&dsel, E * sizeof *dsel) == cudaSuccess);
+        int32_t ids[E];
+        for (int e = 0; e < E; e++)
+            ids[e] = e;
+        ck_assert(cudaMemcpy(dsel, ids, sizeof ids, cudaMemcpyHostToDevice) == cudaSuccess);
+        cw_poison(dy, (size_t)(n * rows));
+        for (int e = 0; e < E; e++)
+            for (int i = off[e]; i < off[e + 1]; i++)
+                ck_assert(cuda_matvec_expert(type, dw, rows, cols, dsel + e, dx + (size_t)i * cols, 1,
+                                             dy + (size_t)i * rows, 0, &err) == 0);
+        cw_fetch(yv, dy, (size_t)(n * rows));
+        for (int64_t i = 0; i < n * rows; i++)
+            ck_assert_msg(!memcmp(&y[i], &yv[i], sizeof *y), "%s: token %lld row %lld: grouped %.9g matvec %.9g",
+                          type_name(type), (long long)(i / rows), (long long)(i % rows), y[i], yv[i]);
+        cudaFree(dsel);
+        cudaFree(scratch);
+        cudaFree(doff);
+        cudaFree(dw);
+        cudaFree(dx);
+        cudaFree(dy);
+        free(w);
+        free(x);
+        free(y);
+        free(yv);
+        free(ref);
+    }
+}
+END_TEST
+
+START_TEST(grouped_checks_arguments)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    strata_error err = {0};
+    float *d = NULL;
+    ck_assert(cudaMalloc((void **)&d, 1 << 20) == cudaSuccess);
+    const size_t need = cuda_matmul_grouped_scratch_bytes(GGML_TYPE_Q8_0, 256, 100);
+    ck_assert(need > cuda_matmul_scratch_bytes(GGML_TYPE_Q8_0, 256, 100));
+    ck_assert_int_eq(cuda_matmul_grouped(GGML_TYPE_Q8_0, d, 16, 256, 4, (int32_t *)d, d, 100, d, d, need - 1,
+                                         0, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_matmul_grouped(GGML_TYPE_F32, d, 16, 256, 4, (int32_t *)d, d, 100, d, d, need, 0,
+                                         &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_matmul_grouped(GGML_TYPE_Q8_0, d, 16, 256, 4, NULL, d, 100, d, d, need, 0, &err),
+                     STRATA_E_ARG);
+    cudaFree(d);
+}
+END_TEST
+
 #else
 
 START_TEST(matmul_matches_reference) { TEST_SKIP("built without CUDA"); }
@@ -135,6 +238,10 @@ END_TEST
 START_TEST(matmul_equals_matvec_bitwise) { TEST_SKIP("built without CUDA"); }
 END_TEST
 START_TEST(matmul_checks_scratch) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(grouped_equals_matvec_bitwise) { TEST_SKIP("built without CUDA"); }
+END_TEST
+START_TEST(grouped_checks_arguments) { TEST_SKIP("built without CUDA"); }
 END_TEST
 
 #endif
@@ -147,6 +254,8 @@ static Suite *cuda_matmul_suite(void)
     tcase_add_test(tc, matmul_matches_reference);
     tcase_add_test(tc, matmul_equals_matvec_bitwise);
     tcase_add_test(tc, matmul_checks_scratch);
+    tcase_add_test(tc, grouped_equals_matvec_bitwise);
+    tcase_add_test(tc, grouped_checks_arguments);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -91,6 +91,19 @@ int cuda_matmul(int type, const void *w, int64_t rows, int64_t cols,
                 const float *x, int64_t n, float *y, void *scratch,
                 size_t scratch_bytes, cudaStream_t stream, strata_error *err);
 
+/* MoE prefill: n tokens sorted by expert (cuda_moe_group/gather), expert e
+ * owning tokens [d_offsets[e], d_offsets[e + 1]), each multiplied by its
+ * expert's rows x cols slab of w (slab e at e * cuda_weight_bytes(type,
+ * rows, cols)), in one launch whose grid does not depend on the offsets
+ * (graph-safe).  Every token's outputs are bitwise cuda_matvec_expert's.
+ * Not F32 (STRATA_E_UNSUPPORTED: the caller runs matvecs).  scratch: at
+ * least cuda_matmul_grouped_scratch_bytes(type, cols, n). */
+size_t cuda_matmul_grouped_scratch_bytes(int type, int64_t cols, int64_t n);
+int cuda_matmul_grouped(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
+                        const int32_t *d_offsets, const float *x, int64_t n, float *y,
+                        void *scratch, size_t scratch_bytes, cudaStream_t stream,
+                        strata_error *err);
+
 /* Embedding rows: out[i x cols] = row tokens[i] of a rows x cols table in the
  * device layout, as f32, bit-identical to cpu_embed.  tokens is a device
  * array of n_tok ids; an id outside [0, rows) yields a row of NaN. */

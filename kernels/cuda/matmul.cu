@@ -94,6 +94,12 @@ struct MmArgs {
     Act act; /* quantized activations in global memory, at token 0 */
     float *y;
     int n;
+    /* grouped (MoE prefill): the tokens are sorted by expert, expert e owns
+     * tokens [goff[e], goff[e + 1]) and its weights sit gbytes after e-1's;
+     * NULL goff: one weight matrix for all n tokens */
+    const int32_t *goff;
+    int gexp;
+    size_t gbytes;
     int xstr;               /* shared-memory bytes between tokens of a staged tile */
     int off_x, off_tot, stage_bytes;
 };
@@ -147,6 +153,52 @@ __device__ __forceinline__ void mm_stage(const MmArgs &a, const Act &g, uint8_t 
     }
 }
 
+/* Grouped: the 64-token tile blockIdx.y of the expert-sorted tokens, counted
+ * expert by expert (each expert's tokens start a new tile): its expert,
+ * first token and end; -1 when the grid's bound exceeds the tiles there are
+ * (the grid is sized without reading the offsets, so the launch stays
+ * graph-safe).  Warp 0 finds it: each lane counts the tiles of a run of
+ * experts, a prefix sum over the lanes says which lane holds tile y, and
+ * that lane walks its run. */
+__device__ int group_tile(const MmArgs &a, int *c0, int *cend)
+{
+    __shared__ int tile[3];
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, per = (a.gexp + 31) / 32;
+        const int e0 = min(lane * per, a.gexp), e1 = min(e0 + per, a.gexp);
+        int mine = 0;
+        for (int e = e0; e < e1; ++e)
+            mine += (__ldg(a.goff + e + 1) - __ldg(a.goff + e) + MM_COLS - 1) / MM_COLS;
+        int incl = mine;
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d)
+                incl += v;
+        }
+        if (lane == 0)
+            tile[0] = -1;
+        __syncwarp();
+        int ty = (int)blockIdx.y - (incl - mine);
+        if (ty >= 0 && ty < mine) { /* one lane at most */
+            for (int e = e0; e < e1; ++e) {
+                const int b = __ldg(a.goff + e), n = __ldg(a.goff + e + 1) - b;
+                const int nt = (n + MM_COLS - 1) / MM_COLS;
+                if (ty < nt) {
+                    tile[0] = e;
+                    tile[1] = b + ty * MM_COLS;
+                    tile[2] = b + n;
+                    break;
+                }
+                ty -= nt;
+            }
+        }
+    }
+    __syncthreads();
+    *c0 = tile[1];
+    *cend = tile[2];
+    return tile[0];
+}
+
 template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(const MmArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -154,11 +206,18 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
     constexpr int NG = MM_COLS / 8, PF = Depth<TYPE>::v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
+    Wsrc ws = a.ws;
+    int c0 = blockIdx.y * MM_COLS, cend = a.n;
+    if (a.goff) {
+        const int e = group_tile(a, &c0, &cend);
+        if (e < 0)
+            return; /* the whole block: no barrier is left waiting */
+        ws.w += (size_t)e * a.gbytes;
+    }
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
     const int R = blockIdx.x * WARPS + warp;
     const bool active = R < a.p.mt; /* idle warps still take part in the barriers */
-    const int c0 = blockIdx.y * MM_COLS;
     Act ga = a.act;
     if (ga.q)
         ga.q += (size_t)c0 * ga.cs;
@@ -193,7 +252,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
 #pragma unroll
     for (int i = 0; i < PF; ++i)
         if (active && i < ntk)
-            raw_load<TYPE>(buf[i], a.ws, R, i, lane);
+            raw_load<TYPE>(buf[i], ws, R, i, lane);
     mm_stage<TYPE>(a, ga, stage[0], 0);
     cp_commit();
     for (int T = 0; T < ntk; T += PF) {
@@ -209,7 +268,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
                 if (active) {
                     const Raw<TYPE> cur = buf[i];
                     if (tt + PF < ntk)
-                        raw_load<TYPE>(buf[i], a.ws, R, tt + PF, lane);
+                        raw_load<TYPE>(buf[i], ws, R, tt + PF, lane);
                     tile_mma<NG, false>(cur, sa[tt & 1], 0, 0, acc, smem, lane);
                     if ((tt + 1) % a.p.tps == 0 || tt + 1 == ntk) { /* a segment ends */
                         const bool first = tt + 1 <= a.p.tps;
@@ -235,7 +294,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int row = R * 16 + g + 8 * (q >> 1), col = c0 + 8 * j + 2 * t + (q & 1);
-            if (row < rows && col < a.n)
+            if (row < rows && col < cend)
                 a.y[(size_t)col * rows + row] = tot[(4 * j + q) * THREADS];
         }
 }
@@ -250,7 +309,9 @@ static int mm_launch(MmArgs &a, int n_pad, cudaStream_t stream, strata_error *er
     const int rc = launch_capacity((const void *)kern, THREADS, smem, 1, &cap, err);
     if (rc)
         return rc;
-    const dim3 grid((unsigned)((a.p.mt + WARPS - 1) / WARPS), (unsigned)(n_pad / MM_COLS));
+    /* grouped: at most n/64 full tiles plus one partial tile per expert */
+    const unsigned ty = a.goff ? (unsigned)((a.n + MM_COLS - 1) / MM_COLS + a.gexp) : (unsigned)(n_pad / MM_COLS);
+    const dim3 grid((unsigned)((a.p.mt + WARPS - 1) / WARPS), ty);
     kern<<<grid, THREADS, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH(err, "matmul_kernel");
     return 0;
@@ -263,32 +324,39 @@ extern "C" size_t cuda_matmul_scratch_bytes(int type, int64_t cols, int64_t n)
     return mm_scratch(type, cols, n).bytes;
 }
 
-extern "C" int cuda_matmul(int type, const void *w, int64_t rows, int64_t cols, const float *x, int64_t n,
-                           float *y, void *scratch, size_t scratch_bytes, cudaStream_t stream, strata_error *err)
+/* A grouped tile may start at any token below n and reads 64 from there. */
+extern "C" size_t cuda_matmul_grouped_scratch_bytes(int type, int64_t cols, int64_t n)
 {
-    if (n >= 1 && n <= MV_COLS)
-        return cuda_matvec(type, w, rows, cols, x, (int)n, y, stream, err);
-    if (!w || !x || !y || n < 1 || n > (1 << 24))
-        return strata_err(err, STRATA_E_ARG, "cuda_matmul: bad arguments (n = %lld)", (long long)n);
+    return mm_scratch(type, cols, n + MM_COLS).bytes;
+}
+
+/* Quantize the n tokens of x into scratch (zeros up to room tokens), then
+ * the tensor-core kernel over one weight matrix (goff NULL) or over the
+ * experts of a grouped call. */
+static int mm_run(const char *who, int type, const void *w, int64_t rows, int64_t cols, const float *x, int64_t n,
+                  int64_t room, const int32_t *goff, int gexp, float *y, void *scratch, size_t scratch_bytes,
+                  cudaStream_t stream, strata_error *err)
+{
     const size_t wbytes = cuda_weight_bytes(type, rows, cols);
-    if (!wbytes)
-        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul: %s %lld x %lld not supported", type_name(type),
+    if (!wbytes || type == GGML_TYPE_F32)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "%s: %s %lld x %lld not supported", who, type_name(type),
                           (long long)rows, (long long)cols);
-    if (type == GGML_TYPE_F32)
-        return f32_matmul((const float *)w, NULL, wbytes, rows, cols, x, n, y, stream, err);
     Plan p;
     if (plan_make(type, rows, cols, &p))
-        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul: %lld columns (at most %d)", (long long)cols,
+        return strata_err(err, STRATA_E_UNSUPPORTED, "%s: %lld columns (at most %d)", who, (long long)cols,
                           MAX_SEGS * SEG_MAX_K);
-    const MmScratch s = mm_scratch(type, cols, n);
+    const MmScratch s = mm_scratch(type, cols, room);
     if (!scratch || scratch_bytes < s.bytes)
-        return strata_err(err, STRATA_E_ARG, "cuda_matmul: scratch of %zu bytes, %zu needed", scratch_bytes, s.bytes);
+        return strata_err(err, STRATA_E_ARG, "%s: scratch of %zu bytes, %zu needed", who, scratch_bytes, s.bytes);
     const Geo gm = geo(type);
     MmArgs a;
     a.ws = Wsrc{(const uint8_t *)w, (int)rows, (int)cols, p.ntk};
     a.p = p;
     a.y = y;
     a.n = (int)n;
+    a.goff = goff;
+    a.gexp = gexp;
+    a.gbytes = wbytes;
     if (gm.i8) {
         int8_t *q = (int8_t *)scratch;
         float *d = (float *)((uint8_t *)scratch + s.off_d);
@@ -314,6 +382,34 @@ extern "C" int cuda_matmul(int type, const void *w, int64_t rows, int64_t cols, 
     case GGML_TYPE_Q4_0: return mm_launch<GGML_TYPE_Q4_0>(a, s.n_pad, stream, err);
     case GGML_TYPE_Q8_0: return mm_launch<GGML_TYPE_Q8_0>(a, s.n_pad, stream, err);
     case GGML_TYPE_F16: return mm_launch<GGML_TYPE_F16>(a, s.n_pad, stream, err);
-    default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul: type %s", type_name(type));
+    default: return strata_err(err, STRATA_E_UNSUPPORTED, "%s: type %s", who, type_name(type));
     }
+}
+
+extern "C" int cuda_matmul(int type, const void *w, int64_t rows, int64_t cols, const float *x, int64_t n,
+                           float *y, void *scratch, size_t scratch_bytes, cudaStream_t stream, strata_error *err)
+{
+    if (n >= 1 && n <= MV_COLS)
+        return cuda_matvec(type, w, rows, cols, x, (int)n, y, stream, err);
+    if (!w || !x || !y || n < 1 || n > (1 << 24))
+        return strata_err(err, STRATA_E_ARG, "cuda_matmul: bad arguments (n = %lld)", (long long)n);
+    if (type == GGML_TYPE_F32) {
+        const size_t wbytes = cuda_weight_bytes(type, rows, cols);
+        if (!wbytes)
+            return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul: F32 %lld x %lld not supported",
+                              (long long)rows, (long long)cols);
+        return f32_matmul((const float *)w, NULL, wbytes, rows, cols, x, n, y, stream, err);
+    }
+    return mm_run("cuda_matmul", type, w, rows, cols, x, n, n, NULL, 0, y, scratch, scratch_bytes, stream, err);
+}
+
+extern "C" int cuda_matmul_grouped(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
+                                   const int32_t *d_offsets, const float *x, int64_t n, float *y, void *scratch,
+                                   size_t scratch_bytes, cudaStream_t stream, strata_error *err)
+{
+    if (!w || !d_offsets || !x || !y || n < 1 || n > (1 << 24) || n_expert < 1 || n_expert > 65536)
+        return strata_err(err, STRATA_E_ARG, "cuda_matmul_grouped: bad arguments (n = %lld, %d experts)",
+                          (long long)n, n_expert);
+    return mm_run("cuda_matmul_grouped", type, w, rows, cols, x, n, n + MM_COLS, d_offsets, n_expert, y, scratch,
+                  scratch_bytes, stream, err);
 }
