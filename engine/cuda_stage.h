@@ -15,7 +15,7 @@
 #define GROUP_GRAPHS 128
 /* MoE: calls of more rows than this run the experts as grouped matrix
  * products (backend_cuda.c, moe_grouped), fewer as one matvec per pair. */
-#define MOE_GROUPED_MIN_ROWS 8
+#define MOE_GROUPED_MIN_ROWS 1
 
 typedef struct dweight {
     void *d;

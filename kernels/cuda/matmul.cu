@@ -153,22 +153,31 @@ __device__ __forceinline__ void mm_stage(const MmArgs &a, const Act &g, uint8_t 
     }
 }
 
+/* Tiles of expert e's tokens [b, end): they start at b rounded down to 4
+ * tokens, as the 16-byte copies of the activation scales need (the tokens
+ * before b are another expert's: computed, not written). */
+__device__ __forceinline__ int group_tiles(int b, int end)
+{
+    return end > b ? (end - (b & ~3) + MM_COLS - 1) / MM_COLS : 0;
+}
+
 /* Grouped: the 64-token tile blockIdx.y of the expert-sorted tokens, counted
  * expert by expert (each expert's tokens start a new tile): its expert,
- * first token and end; -1 when the grid's bound exceeds the tiles there are
+ * first token, and the tokens [beg, end) it writes; -1 when the grid's
+ * bound exceeds the tiles there are
  * (the grid is sized without reading the offsets, so the launch stays
  * graph-safe).  Warp 0 finds it: each lane counts the tiles of a run of
  * experts, a prefix sum over the lanes says which lane holds tile y, and
  * that lane walks its run. */
-__device__ int group_tile(const MmArgs &a, int *c0, int *cend)
+__device__ int group_tile(const MmArgs &a, int *c0, int *cbeg, int *cend)
 {
-    __shared__ int tile[3];
+    __shared__ int tile[4];
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x, per = (a.gexp + 31) / 32;
         const int e0 = min(lane * per, a.gexp), e1 = min(e0 + per, a.gexp);
         int mine = 0;
         for (int e = e0; e < e1; ++e)
-            mine += (__ldg(a.goff + e + 1) - __ldg(a.goff + e) + MM_COLS - 1) / MM_COLS;
+            mine += group_tiles(__ldg(a.goff + e), __ldg(a.goff + e + 1));
         int incl = mine;
         for (int d = 1; d < 32; d <<= 1) {
             const int v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -181,12 +190,13 @@ __device__ int group_tile(const MmArgs &a, int *c0, int *cend)
         int ty = (int)blockIdx.y - (incl - mine);
         if (ty >= 0 && ty < mine) { /* one lane at most */
             for (int e = e0; e < e1; ++e) {
-                const int b = __ldg(a.goff + e), n = __ldg(a.goff + e + 1) - b;
-                const int nt = (n + MM_COLS - 1) / MM_COLS;
+                const int b = __ldg(a.goff + e), end = __ldg(a.goff + e + 1);
+                const int nt = group_tiles(b, end);
                 if (ty < nt) {
                     tile[0] = e;
-                    tile[1] = b + ty * MM_COLS;
-                    tile[2] = b + n;
+                    tile[1] = (b & ~3) + ty * MM_COLS;
+                    tile[2] = b;
+                    tile[3] = end;
                     break;
                 }
                 ty -= nt;
@@ -195,7 +205,8 @@ __device__ int group_tile(const MmArgs &a, int *c0, int *cend)
     }
     __syncthreads();
     *c0 = tile[1];
-    *cend = tile[2];
+    *cbeg = tile[2];
+    *cend = tile[3];
     return tile[0];
 }
 
@@ -207,9 +218,9 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     Wsrc ws = a.ws;
-    int c0 = blockIdx.y * MM_COLS, cend = a.n;
+    int c0 = blockIdx.y * MM_COLS, cbeg = 0, cend = a.n;
     if (a.goff) {
-        const int e = group_tile(a, &c0, &cend);
+        const int e = group_tile(a, &c0, &cbeg, &cend);
         if (e < 0)
             return; /* the whole block: no barrier is left waiting */
         ws.w += (size_t)e * a.gbytes;
@@ -294,7 +305,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int row = R * 16 + g + 8 * (q >> 1), col = c0 + 8 * j + 2 * t + (q & 1);
-            if (row < rows && col < cend)
+            if (row < rows && col >= cbeg && col < cend)
                 a.y[(size_t)col * rows + row] = tot[(4 * j + q) * THREADS];
         }
 }
@@ -309,8 +320,8 @@ static int mm_launch(MmArgs &a, int n_pad, cudaStream_t stream, strata_error *er
     const int rc = launch_capacity((const void *)kern, THREADS, smem, 1, &cap, err);
     if (rc)
         return rc;
-    /* grouped: at most n/64 full tiles plus one partial tile per expert */
-    const unsigned ty = a.goff ? (unsigned)((a.n + MM_COLS - 1) / MM_COLS + a.gexp) : (unsigned)(n_pad / MM_COLS);
+    /* grouped: expert e has at most (n_e + 3) / 64 + 1 tiles (group_tiles) */
+    const unsigned ty = a.goff ? (unsigned)((a.n + 3 * a.gexp) / MM_COLS + a.gexp) : (unsigned)(n_pad / MM_COLS);
     const dim3 grid((unsigned)((a.p.mt + WARPS - 1) / WARPS), ty);
     kern<<<grid, THREADS, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH(err, "matmul_kernel");

@@ -233,6 +233,11 @@ int launch_capacity(const void *fn, int threads, size_t smem, int nseg, int *out
     int maxsm = 0, sms = 0, v = 0;
     CUDA_CHECK(err, cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* the kernel's static shared memory (matmul's grouped tile) comes off
+     * what a block may take dynamically */
+    cudaFuncAttributes fa;
+    CUDA_CHECK(err, cudaFuncGetAttributes(&fa, fn));
+    maxsm -= (int)fa.sharedSizeBytes;
     if (smem > (size_t)maxsm)
         return strata_err(err, STRATA_E_UNSUPPORTED, "weight kernel: %zu bytes of shared memory, the card has %d", smem,
                           maxsm);
