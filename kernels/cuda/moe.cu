@@ -16,10 +16,11 @@
  * Decode (one row per sequence): route, then for each slot j run the three
  * expert matvecs with the expert id read from d_sel on the card (a weight
  * kernel that takes the id by pointer keeps the graph valid), writing
- * y[t][j]; then combine.  Prefill: route, group, gather, per-expert
- * matmuls over [offset[e], offset[e+1]) writing expert-sorted output rows,
- * then cuda_moe_combine reads them back through the inverse permutation
- * (`inv`) in slot order.
+ * y[t][j]; then combine.  Prefill and decode batches: route, group,
+ * gather, one grouped matmul per expert matrix (cuda_matmul_grouped in
+ * matmul.cu: expert e's rows are [offset[e], offset[e+1])) writing
+ * expert-sorted output rows, then cuda_moe_combine reads them back through
+ * the inverse permutation (`inv`) in slot order.
  *
  * Bit-exactness with engine/forward_cpu.c's ffn_moe: the softmax is
  * cpu_softmax's (float max, expf, a double sum in index order, one float
