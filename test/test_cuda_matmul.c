@@ -24,6 +24,15 @@ static const int64_t mm_shapes[][3] = {
 };
 #define MM_NSHAPES ((int)(sizeof mm_shapes / sizeof mm_shapes[0]))
 
+/* n tokens x rows outputs of two kernels, equal bit for bit. */
+static void assert_bitwise(int type, const float *a, const char *an, const float *b, const char *bn, int64_t n,
+                           int64_t rows)
+{
+    for (int64_t i = 0; i < n * rows; i++)
+        ck_assert_msg(!memcmp(&a[i], &b[i], sizeof *a), "%s: token %lld row %lld: %s %.9g %s %.9g",
+                      type_name(type), (long long)(i / rows), (long long)(i % rows), an, a[i], bn, b[i]);
+}
+
 /* Run the prefill kernel; y on the host. */
 static void run_matmul(int type, void *dw, int64_t rows, int64_t cols, const float *dx, int64_t n, float *dy,
                        float *y)
@@ -100,9 +109,7 @@ START_TEST(matmul_equals_matvec_bitwise)
             i += k;
         }
         cw_fetch(yv, dy, (size_t)(n * rows));
-        for (int64_t i = 0; i < n * rows; i++)
-            ck_assert_msg(!memcmp(&y[i], &yv[i], sizeof *y), "%s: token %lld row %lld: prefill %.9g decode %.9g",
-                          type_name(type), (long long)(i / rows), (long long)(i % rows), y[i], yv[i]);
+        assert_bitwise(type, y, "prefill", yv, "decode", n, rows);
         cudaFree(dw);
         cudaFree(dx);
         cudaFree(dy);
@@ -193,9 +200,7 @@ START_TEST(grouped_equals_matvec_bitwise)
                 ck_assert(cuda_matvec_expert(type, dw, rows, cols, dsel + e, dx + (size_t)i * cols, 1,
                                              dy + (size_t)i * rows, 0, &err) == 0);
         cw_fetch(yv, dy, (size_t)(n * rows));
-        for (int64_t i = 0; i < n * rows; i++)
-            ck_assert_msg(!memcmp(&y[i], &yv[i], sizeof *y), "%s: token %lld row %lld: grouped %.9g matvec %.9g",
-                          type_name(type), (long long)(i / rows), (long long)(i % rows), y[i], yv[i]);
+        assert_bitwise(type, y, "grouped", yv, "matvec", n, rows);
         cudaFree(dsel);
         cudaFree(scratch);
         cudaFree(doff);
