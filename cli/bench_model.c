@@ -12,11 +12,15 @@
  * The roofline columns: a decode step reads every weight once
  * (model->weight_bytes: the token embedding counts in full, which is exact
  * for tied embeddings where it is also the output head, and over-counts an
- * untied one by its size less one row) plus each sequence's K and V at its
+ * untied one by its size less one row) — except a MoE layer's experts, of
+ * which a row reads its k of E: a step of B rows counts the expected share
+ * 1 - (1 - k/E)^B of them (exact for B = 1; for B > 1 it assumes rows
+ * route independently and uniformly) — plus each sequence's K and V at its
  * current context (the mean over the timed steps).  GB/s = those bytes per
  * step / seconds per step: the number to hold against the memory
  * bandwidth, which a CUDA build measures in the same run (a 16-byte-load
  * read of 2 GiB, cuda_read_probe) and prints the fraction of. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,23 @@ typedef struct bm_decode {
     double tok_s, ms_step, weight_mb, kv_mb, gb_s;
 } bm_decode;
 
+/* Weight bytes a decode step of B rows reads (the header comment says how
+ * MoE experts count). */
+static double step_weight_bytes(const model *m, int B)
+{
+    uint64_t exps = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const layer_weights *L = &m->layers[il];
+        const weight *w[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++)
+            if (w[i]->data)
+                exps += w[i]->mat_bytes * (uint64_t)w[i]->n_mat;
+    }
+    if (!exps || m->hp.n_expert <= 0)
+        return (double)m->weight_bytes;
+    const double share = 1.0 - pow(1.0 - (double)m->hp.n_expert_used / m->hp.n_expert, B);
+    return (double)(m->weight_bytes - exps) + share * (double)exps;
+}
 static uint32_t bm_rand(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -333,7 +354,7 @@ int bench_model(int argc, char **argv)
         d->ctx = C;
         d->ms_step = s_step * 1e3;
         d->tok_s = B / s_step;
-        d->weight_mb = (double)m->weight_bytes / 1e6;
+        d->weight_mb = step_weight_bytes(m, B) / 1e6;
         d->kv_mb = B * mean_ctx * kv_tok / 1e6;
         d->gb_s = (d->weight_mb + d->kv_mb) / 1e3 / s_step;
         if (!json) {

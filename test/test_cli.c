@@ -7,11 +7,14 @@
  * second on a 2-core machine. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "model/gguf.h"
 
 #define NEED_CLI()                                                            \
     const char *cli = test_cli();                                             \
@@ -103,6 +106,50 @@ START_TEST(test_bench_modes)
         ck_assert_msg(strstr(out, "CUDA") != NULL, "%s", out);
         free(out);
     }
+}
+END_TEST
+
+/* bench -m on a MoE model: a decode step counts the experts a step reads,
+ * not all of them: with 4 of 16 experts per row, batch 1 reads the dense
+ * weights plus a quarter of the expert bytes, and batch 16 more than
+ * batch 1 but less than every byte.  The expected figures come from the
+ * file's tensor sizes (gguf), not from the bench's own code. */
+START_TEST(test_bench_moe_counts_read_experts)
+{
+    NEED_CLI();
+    const char *dir = test_tmpdir();
+    char path[512], *out = NULL;
+    snprintf(path, sizeof path, "%s/moe.gguf", dir);
+    int rc = test_runf(&out, "'%s' mkmodel --arch qwen3moe --layers 2 --dim 256 --heads 4 --kv-heads 2 "
+                             "--head-dim 64 --experts 16 --experts-used 4 --ff-exp 128 --ff 512 --vocab 1000 "
+                             "--ctx 512 --type q8_0 -o '%s' 2>&1", cli, path);
+    ck_assert_msg(rc == 0, "%s", out);
+    free(out);
+    gguf *g = NULL;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
+    double all = 0, exps = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        all += (double)t->nbytes;
+        if (strstr(t->name, "_exps."))
+            exps += (double)t->nbytes;
+    }
+    gguf_close(g);
+    ck_assert(exps > 0);
+    rc = test_runf(&out, "'%s' bench -m '%s' -p 8 -n 2 --batch 1,16 --reps 1 --backend cpu -t 1 2>&1",
+                   cli, path);
+    ck_assert_msg(rc == 0, "%s", out);
+    double mb1 = 0, mb16 = 0;
+    const char *p1 = strstr(out, "decode batch  1"), *p16 = strstr(out, "decode batch 16");
+    ck_assert_msg(p1 && p16, "%s", out);
+    ck_assert(sscanf(strstr(p1, "reads "), "reads %lf MB", &mb1) == 1);
+    ck_assert(sscanf(strstr(p16, "reads "), "reads %lf MB", &mb16) == 1);
+    const double want1 = (all - exps + exps * 4 / 16) / 1e6;
+    ck_assert_msg(fabs(mb1 - want1) < 0.06, "batch 1 reads %.2f MB, expected %.2f:\n%s", mb1, want1, out);
+    ck_assert_msg(mb16 > mb1 && mb16 < all / 1e6, "batch 16 reads %.2f MB (batch 1 %.2f, all %.2f)", mb16,
+                  mb1, all / 1e6);
+    free(out);
 }
 END_TEST
 
@@ -331,6 +378,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_bench_modes);
+    tcase_add_test(tc, test_bench_moe_counts_read_experts);
     tcase_add_test(tc, test_perplexity_short_text);
     tcase_add_test(tc, test_run_deterministic);
     tcase_add_test(tc, test_chat_pipe);
