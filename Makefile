@@ -34,7 +34,7 @@ NVFLAGS  := -std=c++17 $(OPT) -g -lineinfo -arch=$(CUDA_ARCH) -I. -MMD -MP \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 
 # DEBUG=1: the checks that cost time at run time (STRATA_DEBUG: the
-# conversation cache's checksums, engine/park.c)
+# conversation cache's checksums, park/park.c)
 ifeq ($(DEBUG),1)
   CFLAGS += -DSTRATA_DEBUG
 endif
@@ -48,15 +48,17 @@ ifeq ($(SAN),thread)
   LDLIBS += -fsanitize=thread
 endif
 
-LIB_SRC := $(wildcard model/*.c kernels/cpu/*.c cache/*.c stagepool/*.c engine/*.c)
+# The floors, lowest first: each includes only the folders listed before it.
+LIB_DIRS := base model model/make text kernels/cpu cache stagepool engine engine/cuda park sched
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 CU_SRC  :=
 ifeq ($(CUDA),1)
   CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
-  CU_SRC  := $(wildcard kernels/cuda/*.cu engine/*.cu cache/*.cu)
+  CU_SRC  := $(wildcard kernels/cuda/*.cu)
   CFLAGS  += -DSTRATA_CUDA=1 -I$(CUDA_HOME)/include
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
-CLI_SRC  := $(wildcard cli/*.c)
+CLI_SRC  := $(wildcard cli/*.c cli/bench/*.c)
 TEST_SRC := $(wildcard test/test_*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
@@ -117,7 +119,7 @@ tsan:
 	CK_FORK=no CK_RUN_SUITE=$(or $(TSAN_SUITE),stagepool) $(MAKE) BUILD=build/tsan CUDA=0 SAN=thread OPT=-O1 test
 
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := model/gguf.c model/error.c model/iq3xxs_tables.c $(wildcard model/quant.c model/quant_*.c)
+FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c $(wildcard model/quant.c model/quant_*.c)
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^

@@ -6,7 +6,7 @@
  * are at most n_used + 1 of them; alloc reserves room in both arrays before
  * it changes anything, which leaves free with nothing to allocate and so
  * nothing to fail on. */
-#include "arena.h"
+#include "cache/arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>

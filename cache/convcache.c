@@ -11,10 +11,10 @@
  *   on the list of captures in flight.
  * Everything is small in number (at most max_images images, a handful of
  * spans each), so lookups and budget checks walk the lists. */
-#include "convcache.h"
-#include "convcache_internal.h"
+#include "cache/convcache.h"
+#include "cache/convcache_internal.h"
 
-#include "xxh64.h"
+#include "cache/xxh64.h"
 
 #include <stdlib.h>
 #include <string.h>

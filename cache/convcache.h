@@ -43,7 +43,7 @@
 #ifndef STRATA_CONVCACHE_H
 #define STRATA_CONVCACHE_H
 
-#include "model/error.h"
+#include "base/error.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,7 +74,7 @@ typedef struct convcache_config {
      * answers STRATA_E_UNSUPPORTED).  Hashing reads every byte once on the
      * host, at ~10 GB/s per core against a PCIe copy's ~55 GB/s: on an
      * H200 a 100K-token capture took 6.5x the copy's floor with checksums
-     * and 1.02x without (doc/convcache.md), so engine/park.c writes them
+     * and 1.02x without (doc/convcache.md), so park/park.c writes them
      * only when it verifies them (debug builds, tests). */
     int skip_checksums;
 } convcache_config;

@@ -2,8 +2,8 @@
  * tests call it after every operation): images well formed, keys equal to
  * their tokens' hash, spans contiguous, reference counts equal to the
  * references, bytes and counts equal to the budgets' accounting. */
-#include "convcache.h"
-#include "convcache_internal.h"
+#include "cache/convcache.h"
+#include "cache/convcache_internal.h"
 
 static int check_image(const convcache *c, const convcache_image *img,
                        int committed, strata_error *err)

@@ -4,7 +4,7 @@
 #ifndef STRATA_CONVCACHE_INTERNAL_H
 #define STRATA_CONVCACHE_INTERNAL_H
 
-#include "convcache.h"
+#include "cache/convcache.h"
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 /* kvcache.c: the resident KV pool (see kvcache.h). */
-#include "kvcache.h"
+#include "cache/kvcache.h"
 
 #include <stdlib.h>
 #include <string.h>

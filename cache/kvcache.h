@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
-#include "model/error.h"
+#include "base/error.h"
 
 typedef struct kv_allocator {
     void *(*alloc)(size_t bytes, void *ctx); /* NULL on failure */

@@ -1,6 +1,6 @@
 /* xxh64.c: XXH64 (see xxh64.h).  Reads are done with memcpy so any
  * alignment works; the result is the little-endian XXH64 value. */
-#include "xxh64.h"
+#include "cache/xxh64.h"
 
 #include <string.h>
 

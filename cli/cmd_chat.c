@@ -1,5 +1,5 @@
 /* cmd_chat.c: strata-cli chat — an interactive conversation in the model's
- * chat format, on the scheduler (engine/scheduler.h).
+ * chat format, on the scheduler (sched/scheduler.h).
  *
  * Each turn submits the whole conversation as token ids (conversation.h:
  * the previous turns' prompt and answer ids, then the new user turn) and
@@ -15,11 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "conversation.h"
-#include "engine/scheduler.h"
-#include "frontend.h"
-#include "options.h"
+#include "cli/commands.h"
+#include "cli/conversation.h"
+#include "sched/scheduler.h"
+#include "cli/frontend.h"
+#include "cli/options.h"
 
 /* The conversation cache for chat unless --conversation-cache-mib says
  * otherwise (0 turns it off).  One conversation at a time needs little: on

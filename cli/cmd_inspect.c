@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "model/gguf.h"
 #include "model/quant.h"
 

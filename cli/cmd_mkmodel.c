@@ -1,5 +1,5 @@
 /* cmd_mkmodel.c: `strata-cli mkmodel`, a random-weight model of any shape
- * (the library part is model/mkmodel.c; doc/mkmodel.md has examples). */
+ * (the library part is model/make/mkmodel.c; doc/mkmodel.md has examples). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
-#include "model/mkmodel.h"
+#include "cli/commands.h"
+#include "model/make/mkmodel.h"
 #include "model/quant.h"
 
 static void mkmodel_usage(FILE *f)

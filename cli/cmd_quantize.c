@@ -1,14 +1,14 @@
 /* cmd_quantize.c: `strata-cli quantize IN.gguf OUT.gguf TYPE` (issue 3).
  *
  * Parses the options and prints the summary; the work is quantize_file
- * (model/quantize.c).  Progress goes to stderr, the summary to stdout. */
+ * (model/make/quantize.c).  Progress goes to stderr, the summary to stdout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "model/quant.h"
-#include "model/quantize.h"
+#include "model/make/quantize.h"
 
 #define MAX_OVERRIDES 64
 

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "engine/generate.h"
-#include "frontend.h"
-#include "model/tokenizer.h"
-#include "options.h"
+#include "cli/frontend.h"
+#include "text/tokenizer.h"
+#include "cli/options.h"
 
 static void usage(FILE *f)
 {

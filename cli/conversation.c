@@ -1,5 +1,5 @@
 /* conversation.c: a chat conversation as token ids (see conversation.h). */
-#include "conversation.h"
+#include "cli/conversation.h"
 
 #include <string.h>
 

@@ -14,7 +14,7 @@
 #ifndef STRATA_CLI_CONVERSATION_H
 #define STRATA_CLI_CONVERSATION_H
 
-#include "frontend.h"
+#include "cli/frontend.h"
 
 typedef struct conversation {
     /* Every turn's prompt tokens and answer tokens so far.  The last

@@ -1,6 +1,6 @@
 /* frontend.c: the engine, one conversation, and streaming output for `run`
  * and `chat` (see frontend.h). */
-#include "frontend.h"
+#include "cli/frontend.h"
 
 #include <stdlib.h>
 #include <string.h>

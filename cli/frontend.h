@@ -9,9 +9,9 @@
 #include <stdio.h>
 
 #include "engine/generate.h"
-#include "model/chat.h"
-#include "model/tokenizer.h"
-#include "options.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+#include "cli/options.h"
 
 typedef struct frontend {
     cli_opts *o;

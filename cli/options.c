@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "kernels/ops.h"
-#include "options.h"
+#include "cli/options.h"
 
 void cli_opts_init(cli_opts *o)
 {

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
-#include "engine/backend_cuda.h"
-#include "model/tokenizer.h"
+#include "engine/engine_internal.h"
+#include "engine/cuda/backend_cuda.h"
+#include "text/tokenizer.h"
 
 strata_params strata_params_default(void)
 {

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine/engine_internal.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
-#include "trace.h"
+#include "engine/trace.h"
 
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err)
 {

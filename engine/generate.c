@@ -1,11 +1,11 @@
 /* generate.c: the prompt-then-decode loop (see generate.h). */
-#include "generate.h"
+#include "engine/generate.h"
 
 #include <stdlib.h>
 #include <time.h>
 
-#include "engine_internal.h"
-#include "model/tokenizer.h"
+#include "engine/engine_internal.h"
+#include "text/tokenizer.h"
 
 double strata_now(void)
 {

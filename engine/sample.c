@@ -1,5 +1,5 @@
 /* sample.c: the sampling chain (see sample.h). */
-#include "sample.h"
+#include "engine/sample.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
-#include "engine_internal.h"
-#include "sample.h"
+#include "engine/cuda/backend_cuda.h"
+#include "engine/engine_internal.h"
+#include "engine/sample.h"
 
 strata_seq *strata_seq_new(strata_engine *e, strata_error *err)
 {

@@ -12,14 +12,14 @@
  *   strata_close()
  *
  * Thread-safety: one thread drives an engine (the scheduler in
- * engine/scheduler.h offers a thread-safe request API on top). */
+ * sched/scheduler.h offers a thread-safe request API on top). */
 #ifndef STRATA_H
 #define STRATA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/error.h"
+#include "base/error.h"
 #include "model/model.h"
 
 enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BACKEND_CUDA = 2 };

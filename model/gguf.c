@@ -8,7 +8,7 @@
  *
  * Nothing is preallocated from a count read from the file before that count
  * has been bounded by the bytes left (a hostile header says 2^63). */
-#include "gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "model/quant.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "strata reads GGUF fields with memcpy and assumes a little-endian host"

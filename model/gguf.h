@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "base/error.h"
 
 /* Metadata value types (FORMATS.md §1.2). */
 enum gguf_vtype {

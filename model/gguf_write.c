@@ -5,7 +5,7 @@
  * freeing one buffer.  Tensors are referenced, not copied, and placed the
  * way ggml's reader requires (§1.3): in the order they were added, each at
  * the next multiple of the alignment, each padded with zeros to it. */
-#include "gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "model/quant.h"
 
 typedef struct wkv {
     char *key;

@@ -6,10 +6,10 @@
  * 4-element group, one of {4,12,20,28,36,44,52,62}; sign entry v is
  * v | (popcount(v) & 1) << 7 so every 8-group has an even number of minus
  * signs.  test/test_quant.c re-derives both rules from these values. */
-#include "quant.h"
+#include "model/quant.h"
 
 const uint32_t iq3xxs_grid[256] = {
-#include "iq3xxs_grid.inc"
+#include "model/iq3xxs_grid.inc"
 };
 
 const uint8_t iq3xxs_signs[128] = {

@@ -1,11 +1,11 @@
 /* model.c: build the model description from a GGUF file (FORMATS.md §4). */
-#include "model.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "model/quant.h"
 
 const char *model_arch_name(int arch)
 {

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "base/error.h"
+#include "model/gguf.h"
 
 enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
 

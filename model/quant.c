@@ -3,8 +3,8 @@
  * Sizes for every id ggml defines (formats/ggml_types.tsv), so the GGUF
  * reader can measure any tensor; decode/encode functions for the types
  * strata handles (model/quant_*.c). */
-#include "quant.h"
-#include "quant_codecs.h"
+#include "model/quant.h"
+#include "model/quant_codecs.h"
 
 #include <string.h>
 #include <strings.h>

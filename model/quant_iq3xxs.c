@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_codecs.h"
+#include "model/quant.h"
+#include "model/quant_codecs.h"
 
 /* ---- decode -------------------------------------------------------------- */
 

@@ -1,8 +1,8 @@
 /* quant_k.c: decoders of the K-quants strata reads, Q4_K and Q6_K
  * (FORMATS.md §2.5).  Q4_K_M files mix them; strata only reads them (to run
  * such a file on the CPU or to requantize it), it never writes them. */
-#include "quant.h"
-#include "quant_codecs.h"
+#include "model/quant.h"
+#include "model/quant_codecs.h"
 
 /* Q4_K packs eight 6-bit scales and eight 6-bit mins into 12 bytes: the
  * first four of each whole in the low 6 bits of bytes 0..7, the last four

@@ -9,8 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_codecs.h"
+#include "model/quant.h"
+#include "model/quant_codecs.h"
 
 /* ---- element types ------------------------------------------------------ */
 

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_codecs.h"
+#include "model/quant.h"
+#include "model/quant_codecs.h"
 
 void quant_row_q2_0_ref(const float *src, void *dst, int64_t n, const float *imatrix);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate model/unicode_tables.c: sorted code point range tables for the
+"""Generate text/unicode_tables.c: sorted code point range tables for the
 three character classes the pre-tokenizers need (FORMATS.md section 5.3).
 
   letter      \\p{L}  general category Lu Ll Lt Lm Lo
@@ -11,7 +11,7 @@ Python's str.isspace() also counts U+001C..U+001F (information separators),
 which are not White_Space, so the whitespace table is written out from the
 property list instead of isspace().
 
-Usage: python3 scripts/gen_unicode_tables.py > model/unicode_tables.c
+Usage: python3 scripts/gen_unicode_tables.py > text/unicode_tables.c
 """
 import sys
 import unicodedata

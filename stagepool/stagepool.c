@@ -10,7 +10,7 @@
  * Nobody spins, and the lock is never held while a body runs: bodies only
  * write their own stage's slot, and the mutex hand-off around n_reported
  * orders those writes before the caller reads them. */
-#include "stagepool.h"
+#include "stagepool/stagepool.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -28,7 +28,7 @@
 #ifndef STRATA_STAGEPOOL_H
 #define STRATA_STAGEPOOL_H
 
-#include "model/error.h"
+#include "base/error.h"
 
 typedef struct stagepool stagepool;
 

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "model/error.h"
+#include "base/error.h"
 #include "testutil.h"
 
 /* A CUDA runtime call that must succeed; a strata call (with e_ as its

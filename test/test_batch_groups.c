@@ -25,7 +25,7 @@
 #include "kernels/ops.h"
 
 #ifdef STRATA_CUDA
-#include "engine/cuda_stage.h"
+#include "engine/cuda/cuda_stage.h"
 #endif
 
 #define N_CONV 8

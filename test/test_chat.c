@@ -6,9 +6,9 @@
 
 #include "testutil.h"
 
-#include "model/chat.h"
+#include "text/chat.h"
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* The demo model's template, as stored in its GGUF. */
 static const char SMOLLM_TMPL[] =

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/mkmodel.h"
+#include "model/make/mkmodel.h"
 
 #define NEED_CLI()                                                            \
     const char *cli = test_cli();                                             \

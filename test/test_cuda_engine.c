@@ -31,7 +31,7 @@
 #include "engine/strata.h"
 #include "kernels/ops.h"
 #ifdef STRATA_CUDA
-#include "engine/backend_cuda.h"
+#include "engine/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_ops.h"
 #endif
 

@@ -183,7 +183,7 @@ START_TEST(rope_matches_cpu)
 }
 END_TEST
 
-/* ---- fused launches (engine/backend_cuda.c) -------------------------------
+/* ---- fused launches (engine/cuda/backend_cuda.c) -------------------------------
  * Each against the CPU twins of its parts (tolerances as above) and, bit for
  * bit, against the unfused CUDA kernels: fusing changes launches, not bits. */
 

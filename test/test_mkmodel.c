@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/mkmodel.h"
+#include "model/make/mkmodel.h"
 
 /* One small model per architecture and weight type the GPU work cares about,
  * with head dims that are multiples of 32 (what the k8v4 cache needs), so

@@ -1,4 +1,4 @@
-/* test_park.c: capture, restore and the slot shuttle (engine/park.c) on the
+/* test_park.c: capture, restore and the slot shuttle (park/park.c) on the
  * CPU backend with a four-stage layer split of a small generated llama.
  *
  * Judges: a plain token-by-token reading of the KV pools (the image layout
@@ -14,7 +14,7 @@
 #include "cache/arena.h"
 #include "cache/convcache.h"
 #include "engine/engine_internal.h"
-#include "engine/park.h"
+#include "park/park.h"
 #include "test_park.h"
 #include "kernels/ops.h"
 #include "model/quant.h"

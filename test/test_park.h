@@ -10,7 +10,7 @@
 
 #include "cache/kvcache.h"
 #include "engine/engine_internal.h"
-#include "engine/park.h"
+#include "park/park.h"
 
 /* The span [t0, t1) of one stage in park.h's image layout (malloc'd). */
 char *park_ref_span(const kv_pool *p, const int32_t *pages, int t0, int t1, size_t *bytes);

@@ -1,5 +1,5 @@
 /* test_park_cuda.c: suite "park_cuda" — capture, restore and the slot
- * shuttle on the card (engine/park.c, park_cuda.c: the pinned arena and the
+ * shuttle on the card (park/park.c, park_cuda.c: the pinned arena and the
  * per-stage copy streams), judged byte for byte: each stage's KV pool is
  * read back whole into a host mirror and the spans and K/V are read from it
  * row by row (test_park.h), as the CPU suite "park" does on host pools.
@@ -16,7 +16,7 @@
 #include "cache/arena.h"
 #include "cache/convcache.h"
 #include "engine/engine_internal.h"
-#include "engine/park.h"
+#include "park/park.h"
 #include "kernels/ops.h"
 #include "test_park.h"
 

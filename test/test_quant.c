@@ -11,7 +11,7 @@
 
 #include "model/quant.h"
 #include "model/quant_codecs.h"
-#include "model/quantize.h"
+#include "model/make/quantize.h"
 
 /* ---- test vectors --------------------------------------------------------- */
 

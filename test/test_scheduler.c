@@ -1,4 +1,4 @@
-/* test_scheduler.c: batch slots and the request API (engine/scheduler.h).
+/* test_scheduler.c: batch slots and the request API (sched/scheduler.h).
  *
  * The judge is the engine alone: every request's greedy tokens must equal
  * what strata_seq_feed + strata_seq_decode + argmax give for its prompt on a
@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/scheduler.h"
+#include "sched/scheduler.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "test_scheduler.h"
 
 static strata_engine *open_engine(int slots)

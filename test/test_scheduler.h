@@ -7,10 +7,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "engine/scheduler.h"
+#include "sched/scheduler.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* The solo answer: up to max greedy tokens of prompt on a sequence of its
  * own, ending early at a stop token unless ignore_stop.  Returns the

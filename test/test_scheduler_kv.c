@@ -1,5 +1,5 @@
 /* test_scheduler_kv.c: resident reuse and KV room in the scheduler
- * (engine/scheduler.h, engine/sched_slots.c), and what its counters hold
+ * (sched/scheduler.h, sched/sched_slots.c), and what its counters hold
  * when a request is reported finished.  Suite `scheduler`, cases
  * `resident`, `kvroom` and `finish`.
  *
@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "engine/scheduler.h"
+#include "sched/scheduler.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
 #include "test_scheduler.h"

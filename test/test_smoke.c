@@ -1,7 +1,7 @@
 /* test_smoke.c: the error record. */
 #include "testutil.h"
 
-#include "model/error.h"
+#include "base/error.h"
 
 START_TEST(error_formats_and_returns_code)
 {

@@ -17,9 +17,9 @@
 #include "testutil.h"
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_impl.h"
-#include "model/unicode.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

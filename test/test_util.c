@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "model/error.h"
-#include "model/mkmodel.h"
+#include "base/error.h"
+#include "model/make/mkmodel.h"
 #include "model/quant.h"
 
 #ifdef STRATA_CUDA

@@ -21,7 +21,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "model/error.h"
+#include "base/error.h"
 #ifdef __cplusplus
 }
 #endif

@@ -18,7 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "model/error.h"
+#include "base/error.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,7 +14,7 @@
  * bound by launch and latency, not bandwidth, so what counts is how few
  * dependent round trips a thread makes (256 threads took 5-6 us per launch
  * on the H200 under ncu).  cuda_add_rmsnorm folds the residual add into the
- * first pass (engine/backend_cuda.c fuses every add that a norm follows).
+ * first pass (engine/cuda/backend_cuda.c fuses every add that a norm follows).
  * rmsnorm_heads: one warp per head vector (64..256 floats), lanes strided,
  * shuffles for the sum.
  *

@@ -37,7 +37,7 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
-/* STRATA_NO_PDL=1 (read once by the engine, engine/cuda_setup.c): launch
+/* STRATA_NO_PDL=1 (read once by the engine, engine/cuda/cuda_setup.c): launch
  * without the attribute, every kernel waiting for its predecessor as
  * usual — to tell a PDL ordering bug from any other. */
 extern "C" int strata_pdl_off;

@@ -1,0 +1,441 @@
+/* bench_kernels.c: `strata-cli bench --kernels` — the weight kernels against
+ * the card's own read bandwidth and against ggml's figures (ANCHORS.md).
+ *
+ * Called by cmd_bench as bench_kernels(argc, argv); options:
+ *   --json            one JSON object instead of the table
+ *   --types a,b,...   weight types (default iq3_xxs,q2_0,q4_0,q8_0)
+ *   --reps N          timed runs per measurement (default 20, at least 15)
+ *   --shapes RxC[xN],...  these shapes instead of the standard set (N: tokens, 1)
+ *
+ * Method (METHOD.md): the read bandwidth is measured in the same run with a
+ * 16-byte-load streaming kernel over 4 GiB.  Each kernel runs 3 times to
+ * warm up, then N times inside one captured CUDA graph with an event between
+ * consecutive launches, so host launch overhead is not in the numbers (the
+ * engine replays graphs too); the median of the N intervals is reported.
+ * Weights rotate through enough copies (>= 256 MiB in all, >= 2 copies) that
+ * L2 (60 MiB on the H200) never holds the matrix a launch reads.  Weights are
+ * random valid blocks, activations random normals: never zeros. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bench/bench.h"
+#include "model/quant.h"
+
+#ifndef STRATA_CUDA
+
+int bench_kernels(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "bench --kernels: strata was built without CUDA\n");
+    return 1;
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+#define BK_WARM 3
+#define BK_MAX_REPS 200
+
+/* ggml's figures on the H200, ANCHORS.md (us): n=1 at 131072x4096, n=1 at
+ * 4096x14336, n=8 at 4096x14336, n=512 at 4096x14336. */
+typedef struct bk_ggml {
+    int type;
+    double n1_big, n1, n8, n512;
+} bk_ggml;
+static const bk_ggml bk_ggml_us[] = {
+    {GGML_TYPE_IQ3_XXS, 185.3, 19.65, 42.0, 337.8},
+    {GGML_TYPE_Q2_0, 124.9, 11.73, 32.3, 291.2},
+    {GGML_TYPE_Q4_0, 133.1, 14.44, 32.9, 310.2},
+    {GGML_TYPE_Q8_0, 197.1, 23.00, 45.5, 311.9},
+};
+
+static const bk_ggml *bk_ggml_of(int type)
+{
+    for (size_t i = 0; i < sizeof bk_ggml_us / sizeof bk_ggml_us[0]; i++)
+        if (bk_ggml_us[i].type == type)
+            return &bk_ggml_us[i];
+    return NULL;
+}
+
+#define BK_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench --kernels: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
+                    cudaGetErrorString(e_));                                                       \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static int bk_cmp(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One launch of the thing being timed, for run i (selects the rotating copy). */
+typedef int (*bk_launch)(void *ctx, int i, cudaStream_t s, strata_error *err);
+
+/* Median microseconds of `reps` launches captured in one graph. */
+static double bk_time(bk_launch fn, void *ctx, int reps, cudaStream_t s)
+{
+    cudaEvent_t ev[BK_MAX_REPS + 1];
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    float ms[BK_MAX_REPS];
+    strata_error err = {0};
+    double med = -1;
+    int nev = 0;
+    for (int i = 0; i < BK_WARM; i++)
+        if (fn(ctx, i, s, &err)) {
+            fprintf(stderr, "bench --kernels: %s\n", err.msg);
+            return -1;
+        }
+    for (; nev <= reps; nev++)
+        BK_CHECK(cudaEventCreate(&ev[nev]));
+    BK_CHECK(cudaStreamSynchronize(s));
+    BK_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < reps; i++) {
+        BK_CHECK(cudaEventRecordWithFlags(ev[i], s, cudaEventRecordExternal));
+        if (fn(ctx, BK_WARM + i, s, &err)) {
+            fprintf(stderr, "bench --kernels: %s\n", err.msg);
+            cudaStreamEndCapture(s, &graph);
+            goto fail;
+        }
+    }
+    BK_CHECK(cudaEventRecordWithFlags(ev[reps], s, cudaEventRecordExternal));
+    BK_CHECK(cudaStreamEndCapture(s, &graph));
+    BK_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    BK_CHECK(cudaGraphLaunch(exec, s)); /* first replay uploads the graph */
+    BK_CHECK(cudaStreamSynchronize(s));
+    BK_CHECK(cudaGraphLaunch(exec, s));
+    BK_CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < reps; i++)
+        BK_CHECK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+    qsort(ms, (size_t)reps, sizeof ms[0], bk_cmp);
+    med = 1000.0 * ms[reps / 2];
+fail:
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    if (graph)
+        cudaGraphDestroy(graph);
+    for (int i = 0; i < nev; i++)
+        cudaEventDestroy(ev[i]);
+    return med;
+}
+
+/* ---- the read probe ------------------------------------------------------- */
+typedef struct bk_probe {
+    const void *buf;
+    size_t bytes;
+    uint32_t *sink;
+} bk_probe;
+static int bk_probe_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
+{
+    (void)i;
+    bk_probe *p = ctx;
+    return cuda_read_probe(p->buf, p->bytes, p->sink, s, err);
+}
+
+/* ---- weight kernels -------------------------------------------------------- */
+typedef struct bk_mat {
+    int type;
+    int64_t rows, cols, n;
+    int copies;
+    uint8_t *w;      /* copies x wbytes, device layout */
+    size_t wbytes;
+    float *x, *y;    /* device */
+    void *scratch;
+    size_t scratch_bytes;
+} bk_mat;
+
+static int bk_mat_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
+{
+    bk_mat *m = ctx;
+    const void *w = m->w + (size_t)(i % m->copies) * m->wbytes;
+    if (m->n <= 8)
+        return cuda_matvec(m->type, w, m->rows, m->cols, m->x, (int)m->n, m->y, s, err);
+    return cuda_matmul(m->type, w, m->rows, m->cols, m->x, m->n, m->y, m->scratch, m->scratch_bytes, s, err);
+}
+
+static uint64_t bk_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random valid weights in ggml layout with small finite fp16 scales. */
+static uint8_t *bk_weights(int type, int64_t rows, int64_t cols, size_t *bytes)
+{
+    const type_traits *t = type_traits_get(type);
+    const size_t nb = type_row_bytes(type, cols) * (size_t)rows;
+    uint8_t *w = malloc(nb);
+    if (!w)
+        return NULL;
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)type;
+    for (size_t i = 0; i + 8 <= nb; i += 8) {
+        const uint64_t v = bk_rand(&s);
+        memcpy(w + i, &v, 8);
+    }
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_F32) {
+        for (size_t i = 0; i < nb; i += (size_t)t->bytes) {
+            const float v = (float)((int64_t)(bk_rand(&s) % 2001) - 1000) * 1e-5f + 1e-6f;
+            if (type == GGML_TYPE_F16) {
+                const uint16_t h = f32_to_fp16(v);
+                memcpy(w + i, &h, 2);
+            } else {
+                memcpy(w + i, &v, 4);
+            }
+        }
+    } else {
+        for (size_t b = 0; b < nb / t->bytes; b++) {
+            const uint16_t h = f32_to_fp16(0.001f + (float)(bk_rand(&s) % 1000) * 1e-5f);
+            memcpy(w + b * t->bytes, &h, 2);
+        }
+    }
+    *bytes = nb;
+    return w;
+}
+
+typedef struct bk_row {
+    const char *kernel;
+    int type;
+    int64_t rows, cols, n;
+    double us, ggml_us;
+    double gbps, frac;    /* matvec: weight+activation bytes / time, / measured bandwidth */
+    double tflops, ggml_tflops;
+} bk_row;
+
+/* Time one shape; fills *r. */
+static int bk_run(int type, int64_t rows, int64_t cols, int64_t n, double ggml_us, double bw, int reps,
+                  cudaStream_t s, bk_row *r)
+{
+    bk_mat m = {0};
+    size_t gbytes = 0;
+    uint8_t *hw = NULL, *packed = NULL;
+    float *hx = NULL;
+    int rc = -1;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.n = n;
+    m.wbytes = cuda_weight_bytes(type, rows, cols);
+    if (!m.wbytes)
+        return -1;
+    m.copies = (int)((256u << 20) / m.wbytes + 1);
+    if (m.copies < 2)
+        m.copies = 2;
+    hw = bk_weights(type, rows, cols, &gbytes);
+    packed = malloc(m.wbytes);
+    hx = malloc((size_t)(n * cols) * sizeof *hx);
+    if (!hw || !packed || !hx)
+        goto fail;
+    strata_error err = {0};
+    if (cuda_weight_pack(type, rows, cols, hw, packed, &err)) {
+        fprintf(stderr, "bench --kernels: %s\n", err.msg);
+        goto fail;
+    }
+    uint64_t st = 12345;
+    for (int64_t i = 0; i < n * cols; i++)
+        hx[i] = (float)((int64_t)(bk_rand(&st) % 2001) - 1000) * 1e-3f + 1e-4f;
+    BK_CHECK(cudaMalloc((void **)&m.w, m.wbytes * (size_t)m.copies));
+    for (int c = 0; c < m.copies; c++)
+        BK_CHECK(cudaMemcpy(m.w + (size_t)c * m.wbytes, packed, m.wbytes, cudaMemcpyHostToDevice));
+    BK_CHECK(cudaMalloc((void **)&m.x, (size_t)(n * cols) * sizeof(float)));
+    BK_CHECK(cudaMalloc((void **)&m.y, (size_t)(n * rows) * sizeof(float)));
+    BK_CHECK(cudaMemcpy(m.x, hx, (size_t)(n * cols) * sizeof(float), cudaMemcpyHostToDevice));
+    m.scratch_bytes = cuda_matmul_scratch_bytes(type, cols, n);
+    if (m.scratch_bytes)
+        BK_CHECK(cudaMalloc(&m.scratch, m.scratch_bytes));
+    const double us = bk_time(bk_mat_launch, &m, reps, s);
+    if (us <= 0)
+        goto fail;
+    memset(r, 0, sizeof *r);
+    r->kernel = n <= 8 ? "matvec" : "matmul";
+    r->type = type;
+    r->rows = rows;
+    r->cols = cols;
+    r->n = n;
+    r->us = us;
+    r->ggml_us = ggml_us;
+    /* the bytes a launch must move: the GGUF weight bytes, x in, y out */
+    const double bytes = (double)gbytes + 4.0 * (double)(n * cols + n * rows);
+    r->gbps = bytes / (us * 1e3);
+    r->frac = bw > 0 ? r->gbps / bw : 0;
+    r->tflops = 2.0 * (double)rows * (double)cols * (double)n / (us * 1e6);
+    r->ggml_tflops = ggml_us > 0 ? 2.0 * (double)rows * (double)cols * (double)n / (ggml_us * 1e6) : 0;
+    rc = 0;
+fail:
+    cudaFree(m.w);
+    cudaFree(m.x);
+    cudaFree(m.y);
+    cudaFree(m.scratch);
+    free(hw);
+    free(packed);
+    free(hx);
+    return rc;
+}
+
+typedef struct bk_shape {
+    int64_t rows, cols, n;
+    double ggml; /* ggml's microseconds from ANCHORS.md, 0: none */
+} bk_shape;
+
+/* "ROWSxCOLS[xN],..." (N defaults to 1) into out; the count, or -1. */
+static int bk_parse_shapes(const char *spec, bk_shape *out, int max)
+{
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        long long r = 0, c = 0, k = 1;
+        int used = 0;
+        if (n == max || sscanf(p, "%lldx%lld%n", &r, &c, &used) != 2 || r < 1 || c < 1)
+            return -1;
+        p += used;
+        if (*p == 'x' && (sscanf(p, "x%lld%n", &k, &used) != 1 || k < 1))
+            return -1;
+        if (*p == 'x')
+            p += used;
+        out[n++] = (bk_shape){r, c, k, 0};
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
+int bench_kernels(int argc, char **argv)
+{
+    int json = 0, reps = 20;
+    int types[8] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
+    int ntypes = 4;
+    bk_shape custom[16];
+    int ncustom = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            ntypes = 0;
+            for (char *tok = strtok(buf, ","); tok && ntypes < 8; tok = strtok(NULL, ",")) {
+                const type_traits *t = type_traits_by_name(tok);
+                if (!t || !cuda_weight_supported(t->id)) {
+                    fprintf(stderr, "bench --kernels: type '%s' has no CUDA weight kernel\n", tok);
+                    return 2;
+                }
+                types[ntypes++] = t->id;
+            }
+        } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
+            ncustom = bk_parse_shapes(argv[++i], custom, 16);
+            if (ncustom <= 0) {
+                fprintf(stderr, "bench --kernels: --shapes '%s': want ROWSxCOLS[xN],... (at most 16)\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--kernels") != 0) {
+            fprintf(stderr, "bench --kernels: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (reps < 15)
+        reps = 15;
+    if (reps > BK_MAX_REPS)
+        reps = BK_MAX_REPS;
+
+    cudaStream_t s = NULL;
+    struct cudaDeviceProp prop;
+    void *probe = NULL;
+    uint32_t *sink = NULL;
+    bk_row rows_out[64];
+    int nrows = 0, rc = 1;
+    int dev = 0;
+    BK_CHECK(cudaGetDevice(&dev));
+    BK_CHECK(cudaGetDeviceProperties(&prop, dev));
+    BK_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* the card's read bandwidth, 4 GiB (>= 2 GiB asked; 68x the L2) */
+    const size_t pbytes = (size_t)4 << 30;
+    BK_CHECK(cudaMalloc(&probe, pbytes));
+    BK_CHECK(cudaMalloc((void **)&sink, sizeof *sink));
+    BK_CHECK(cudaMemset(probe, 0x5a, pbytes));
+    bk_probe pr = {probe, pbytes, sink};
+    const double probe_us = bk_time(bk_probe_launch, &pr, reps, s);
+    cudaFree(probe);
+    probe = NULL;
+    if (probe_us <= 0)
+        goto fail;
+    const double bw = (double)pbytes / (probe_us * 1e3);
+
+    for (int ti = 0; ti < ntypes; ti++) {
+        const int type = types[ti];
+        const bk_ggml *g = bk_ggml_of(type);
+        bk_shape std_shapes[] = {
+            {131072, 4096, 1, g ? g->n1_big : 0}, {4096, 14336, 1, g ? g->n1 : 0},
+            {4096, 14336, 2, 0},                  {4096, 14336, 4, 0},
+            {4096, 14336, 8, g ? g->n8 : 0},      {4096, 14336, 512, g ? g->n512 : 0},
+        };
+        const bk_shape *shapes = ncustom ? custom : std_shapes;
+        const size_t nshapes = ncustom ? (size_t)ncustom : sizeof std_shapes / sizeof std_shapes[0];
+        for (size_t k = 0; k < nshapes && nrows < 64; k++) {
+            if (bk_run(type, shapes[k].rows, shapes[k].cols, shapes[k].n, shapes[k].ggml, bw, reps, s,
+                       &rows_out[nrows]) == 0)
+                nrows++;
+            else
+                fprintf(stderr, "bench --kernels: %s %lldx%lld n=%lld failed\n", type_name(type),
+                        (long long)shapes[k].rows, (long long)shapes[k].cols, (long long)shapes[k].n);
+        }
+    }
+
+    if (json) {
+        printf("{\"device\": \"%s\", \"sms\": %d, \"read_gbps\": %.1f, \"reps\": %d, \"results\": [", prop.name,
+               prop.multiProcessorCount, bw, reps);
+        for (int i = 0; i < nrows; i++) {
+            const bk_row *r = &rows_out[i];
+            printf("%s\n  {\"kernel\": \"%s\", \"type\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"n\": %lld, "
+                   "\"us\": %.2f, \"gbps\": %.1f, \"bw_frac\": %.3f, \"tflops\": %.1f, \"ggml_us\": %.2f, "
+                   "\"ggml_tflops\": %.1f}",
+                   i ? "," : "", r->kernel, type_name(r->type), (long long)r->rows, (long long)r->cols,
+                   (long long)r->n, r->us, r->gbps, r->frac, r->tflops, r->ggml_us, r->ggml_tflops);
+        }
+        printf("\n]}\n");
+    } else {
+        printf("strata bench --kernels: %s, %d SMs; median of %d graph-replayed launches, weights rotated "
+               "out of L2\n",
+               prop.name, prop.multiProcessorCount, reps);
+        printf("read bandwidth (16-byte loads over 4 GiB): %.0f GB/s\n\n", bw);
+        printf("%-7s %-8s %-13s %4s %9s %8s %6s %8s %9s %8s\n", "kernel", "type", "rows x cols", "n", "us",
+               "GB/s", "of bw", "TFLOP/s", "ggml us", "x ggml");
+        for (int i = 0; i < nrows; i++) {
+            const bk_row *r = &rows_out[i];
+            char shape[32];
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)r->rows, (long long)r->cols);
+            printf("%-7s %-8s %-13s %4lld %9.2f %8.0f %5.1f%% %8.1f ", r->kernel, type_name(r->type), shape,
+                   (long long)r->n, r->us, r->gbps, 100 * r->frac, r->tflops);
+            if (r->ggml_us > 0)
+                printf("%9.2f %7.2fx\n", r->ggml_us, r->ggml_us / r->us);
+            else
+                printf("%9s %8s\n", "-", "-");
+        }
+    }
+    rc = 0;
+fail:
+    cudaFree(probe);
+    cudaFree(sink);
+    if (s)
+        cudaStreamDestroy(s);
+    return rc;
+}
+
+#endif

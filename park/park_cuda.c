@@ -1,0 +1,247 @@
+/* park_cuda.c: the CUDA side of parking — thread-local copy streams and
+ * pinned host memory for the conversation cache.
+ *
+ * Why thread-local streams: the stage pool runs every stage's copy body on
+ * its own persistent worker, and each of them must copy on a stream nobody
+ * else waits on (the engine's compute streams keep decoding; a shared
+ * per-stage stream would serialise two bodies that share a card).  Each
+ * thread keeps one non-blocking stream per device, created on first use
+ * (or up front by park_cuda_worker_init), and destroyed when the thread
+ * exits (a pthread key destructor) or by park_cuda_thread_fini.  Serial
+ * mode runs the bodies on the orchestration thread, which gets its own
+ * streams the same way.
+ *
+ * Why cudaMemcpyDefault: the cache's host memory, the KV pools and a peer
+ * card's pools all live in one unified address space, so one copy call
+ * serves D2H, H2D and D2D without the body knowing which it is doing. */
+#ifdef STRATA_CUDA
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "park/park.h"
+#include "kernels/cuda/cuda_check.h"
+
+#define PARK_MAX_DEVICES 64
+
+typedef struct thread_streams {
+    cudaStream_t s[PARK_MAX_DEVICES];
+} thread_streams;
+
+static _Thread_local thread_streams *tl_streams;
+static pthread_key_t streams_key;
+static pthread_once_t streams_once = PTHREAD_ONCE_INIT;
+static int streams_key_ok;
+
+static void streams_destroy(void *v)
+{
+    thread_streams *ts = v;
+    if (!ts)
+        return;
+    int prev = -1;
+    cudaGetDevice(&prev);
+    for (int d = 0; d < PARK_MAX_DEVICES; d++)
+        if (ts->s[d]) {
+            /* best effort at thread exit: nothing to report to */
+            if (cudaSetDevice(d) == cudaSuccess)
+                cudaStreamDestroy(ts->s[d]);
+        }
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    cudaGetLastError();
+    free(ts);
+}
+
+static void streams_key_make(void)
+{
+    streams_key_ok = pthread_key_create(&streams_key, streams_destroy) == 0;
+}
+
+static int thread_stream(int dev, cudaStream_t *out, strata_error *err)
+{
+    if (dev < 0 || dev >= PARK_MAX_DEVICES)
+        return strata_err(err, STRATA_E_ARG, "park: device %d out of range", dev);
+    if (!tl_streams) {
+        pthread_once(&streams_once, streams_key_make);
+        tl_streams = calloc(1, sizeof *tl_streams);
+        if (!tl_streams)
+            return strata_err(err, STRATA_E_NOMEM, "out of memory");
+        if (streams_key_ok)
+            pthread_setspecific(streams_key, tl_streams);
+    }
+    CUDA_CHECK(err, cudaSetDevice(dev));
+    if (!tl_streams->s[dev])
+        CUDA_CHECK(err, cudaStreamCreateWithFlags(&tl_streams->s[dev], cudaStreamNonBlocking));
+    *out = tl_streams->s[dev];
+    return 0;
+}
+
+int park_cuda_worker_init(int dev, strata_error *err)
+{
+    cudaStream_t s;
+    return thread_stream(dev, &s, err);
+}
+
+void park_cuda_thread_fini(void)
+{
+    if (!tl_streams)
+        return;
+    if (streams_key_ok)
+        pthread_setspecific(streams_key, NULL);
+    streams_destroy(tl_streams);
+    tl_streams = NULL;
+}
+
+/* ---- the copier ---------------------------------------------------------------- */
+
+static int cu_copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
+                     size_t width, size_t height, strata_error *err)
+{
+    cudaStream_t s = ctx;
+    if (dpitch == width && spitch == width)
+        CUDA_CHECK(err, cudaMemcpyAsync(dst, src, width * height, cudaMemcpyDefault, s));
+    else
+        CUDA_CHECK(err, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                          cudaMemcpyDefault, s));
+    return 0;
+}
+
+static int cu_sync(void *ctx, strata_error *err)
+{
+    CUDA_CHECK(err, cudaStreamSynchronize((cudaStream_t)ctx));
+    return 0;
+}
+
+int park_cuda_copier(int dev, park_copier *c, strata_error *err)
+{
+    cudaStream_t s;
+    int rc = thread_stream(dev, &s, err);
+    if (rc)
+        return rc;
+    c->copy2d = cu_copy2d;
+    c->sync = cu_sync;
+    c->ctx = s;
+    return 0;
+}
+
+/* ---- pinned host memory -------------------------------------------------------- */
+
+/* Why the conversation cache pins ONE block (park_cuda_host_pin, at
+ * park_new) and carves its parts out of it with cache/arena.c instead of
+ * calling cudaHostAlloc per part: page-locking is far slower than copying.
+ * cudaHostAlloc has the driver pin and map every page of the block for
+ * every card, and on an H200 `bench --conversations` (2 stages, 100K-token
+ * conversations, 26 KiB/token) captured at 1.6 GB/s against a pinned D2H
+ * limit of 55 GB/s when each capture pinned its own gigabytes.  Pinning the
+ * cache's whole byte budget once moves that cost to start-up, where it is
+ * paid once; a capture then allocates in microseconds.  The speedup is
+ * expected, not yet measured on a GPU (the `conversations` entry of
+ * `make bench` will say).  Per-part cudaHostAlloc (park_cuda_host_allocator)
+ * stays as the fallback when the whole block cannot be pinned.
+ *
+ * Portable: pinned for every card, since each stage's card copies its own
+ * part of the same image. */
+int park_cuda_host_pin(size_t bytes, void **out, strata_error *err)
+{
+    *out = NULL;
+    cudaError_t ce = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (ce != cudaSuccess) {
+        cudaGetLastError(); /* an allocation failure must not linger as the last error */
+        *out = NULL;
+        return strata_cuda_fail(err, ce, "cudaHostAlloc of the conversation cache's block",
+                                __FILE__, __LINE__);
+    }
+    return 0;
+}
+
+/* Per part (the fallback): the same portable pinning, one call per part. */
+void *park_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+void park_cuda_host_free(void *p)
+{
+    if (p && cudaFreeHost(p) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static void *host_alloc_cb(size_t bytes, void *ctx)
+{
+    (void)ctx;
+    return park_cuda_host_alloc(bytes);
+}
+
+static void host_free_cb(void *p, void *ctx)
+{
+    (void)ctx;
+    park_cuda_host_free(p);
+}
+
+convcache_allocator park_cuda_host_allocator(void)
+{
+    convcache_allocator a = {host_alloc_cb, host_free_cb, NULL};
+    return a;
+}
+/* ---- the copy's limit ------------------------------------------------------------- */
+
+/* One direction, bytes at a time, between a device buffer on dev and pinned
+ * host memory, on this thread's copy stream: the best of `reps` timed runs
+ * after one warm-up, in GB/s (1e9 bytes). */
+int park_cuda_bandwidth(int dev, size_t bytes, int to_host, int reps, double *gbps,
+                        strata_error *err)
+{
+    cudaStream_t s;
+    int rc = thread_stream(dev, &s, err);
+    if (rc)
+        return rc;
+    void *d = NULL, *h = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    float best = 0;
+    *gbps = 0;
+    cudaError_t ce = cudaMalloc(&d, bytes);
+    if (ce == cudaSuccess)
+        ce = cudaHostAlloc(&h, bytes, cudaHostAllocPortable);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreate(&a);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreate(&b);
+    for (int i = 0; i <= reps && ce == cudaSuccess; i++) {
+        ce = cudaEventRecord(a, s);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(to_host ? h : d, to_host ? d : h, bytes,
+                                 to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s);
+        if (ce == cudaSuccess)
+            ce = cudaEventRecord(b, s);
+        if (ce == cudaSuccess)
+            ce = cudaEventSynchronize(b);
+        float ms = 0;
+        if (ce == cudaSuccess)
+            ce = cudaEventElapsedTime(&ms, a, b);
+        if (ce == cudaSuccess && i > 0 && (best == 0 || ms < best))
+            best = ms;
+    }
+    if (ce != cudaSuccess)
+        rc = strata_cuda_fail(err, ce, "pinned copy bandwidth", __FILE__, __LINE__);
+    else
+        *gbps = (double)bytes / (best * 1e-3) / 1e9;
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
+    if (h)
+        cudaFreeHost(h);
+    if (d)
+        cudaFree(d);
+    cudaGetLastError();
+    return rc;
+}
+#else
+typedef int park_cuda_is_empty_without_cuda;
+#endif

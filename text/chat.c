@@ -1,0 +1,297 @@
+/* chat.c: the three chat formats as data (one row each) and the renderers
+ * (see chat.h).  Each format is a turn shape
+ *     turn_open + role + role_close + content + turn_end + after_end
+ * plus its rules: whether content is trimmed (the Llama-3 and Gemma
+ * templates apply `| trim`), how the assistant role is spelled, and whether
+ * a system role exists (Gemma folds it into the first turn). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/chat.h"
+
+typedef struct chat_shape {
+    const char *name;        /* --chat-template name */
+    const char *marker;      /* substring that identifies the template */
+    const char *turn_open;
+    const char *role_close;
+    const char *turn_end;    /* the end-of-turn token text */
+    const char *after_end;   /* text after it, not fed with the answer */
+    const char *assistant;   /* how the assistant role is written */
+    bool trim;
+    bool has_system;
+} chat_shape;
+
+static const chat_shape SHAPES[] = {
+    [CHAT_FORMAT_CHATML] = {"chatml", "<|im_start|>", "<|im_start|>", "\n",
+                            "<|im_end|>", "\n", "assistant", false, true},
+    [CHAT_FORMAT_LLAMA3] = {"llama3", "<|start_header_id|>", "<|start_header_id|>",
+                            "<|end_header_id|>\n\n", "<|eot_id|>", "", "assistant",
+                            true, true},
+    [CHAT_FORMAT_GEMMA] = {"gemma", "<start_of_turn>", "<start_of_turn>", "\n",
+                           "<end_of_turn>", "\n", "model", true, false},
+};
+#define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+
+static const char NAMES[] = "chatml, llama3, gemma";
+
+const char *chat_format_name(enum chat_format f)
+{
+    return f > CHAT_FORMAT_NONE && (size_t)f < N_SHAPES ? SHAPES[f].name : "none";
+}
+
+int chat_format_from_name(const char *name, enum chat_format *out, strata_error *err)
+{
+    for (size_t f = 1; f < N_SHAPES; f++)
+        if (name && strcmp(name, SHAPES[f].name) == 0) {
+            *out = (enum chat_format)f;
+            return 0;
+        }
+    return strata_err(err, STRATA_E_ARG, "--chat-template %s: unknown chat format "
+                      "(known: %s)", name ? name : "(null)", NAMES);
+}
+
+int chat_format_from_template(const char *tmpl, enum chat_format *out, strata_error *err)
+{
+    *out = CHAT_FORMAT_NONE;
+    if (!tmpl)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "the model has no "
+                          "tokenizer.chat_template; choose a format with "
+                          "--chat-template NAME (%s)", NAMES);
+    for (size_t f = 1; f < N_SHAPES; f++)
+        if (strstr(tmpl, SHAPES[f].marker)) {
+            *out = (enum chat_format)f;
+            return 0;
+        }
+    return strata_err(err, STRATA_E_UNSUPPORTED, "tokenizer.chat_template is not a "
+                      "format strata recognises (it starts '%.40s'); choose one with "
+                      "--chat-template NAME (%s)", tmpl, NAMES);
+}
+
+/* A literal system turn in a ChatML template: "<|im_start|>system" then a
+ * newline (real, or the two characters \n inside a Jinja string), then text
+ * with no Jinja or quotes in it, then "<|im_end|>".  Branches that splice
+ * the caller's system message in contain '{' and are skipped. */
+static char *find_default_system(const char *tmpl)
+{
+    static const char open[] = "<|im_start|>system";
+    for (const char *p = strstr(tmpl, open); p; p = strstr(p + 1, open)) {
+        const char *s = p + sizeof open - 1;
+        if (*s == '\n')
+            s += 1;
+        else if (s[0] == '\\' && s[1] == 'n')
+            s += 2;
+        else
+            continue;
+        const char *e = strstr(s, "<|im_end|>");
+        if (!e || e == s)
+            continue;
+        size_t n = (size_t)(e - s);
+        if (memchr(s, '{', n) || memchr(s, '}', n) || memchr(s, '\'', n) ||
+            memchr(s, '"', n) || memchr(s, '\\', n))
+            continue;
+        char *r = malloc(n + 1);
+        if (r) {
+            memcpy(r, s, n);
+            r[n] = '\0';
+        }
+        return r;
+    }
+    return NULL;
+}
+
+int chat_template_init(chat_template *t, const char *tmpl, const char *override_name,
+                       strata_error *err)
+{
+    t->format = CHAT_FORMAT_NONE;
+    t->default_system = NULL;
+    int rc = override_name ? chat_format_from_name(override_name, &t->format, err)
+                           : chat_format_from_template(tmpl, &t->format, err);
+    if (rc)
+        return rc;
+    if (t->format == CHAT_FORMAT_CHATML && tmpl && strstr(tmpl, SHAPES[t->format].marker))
+        t->default_system = find_default_system(tmpl);
+    return 0;
+}
+
+int chat_template_from_gguf(chat_template *t, const gguf *g, const char *override_name,
+                            strata_error *err)
+{
+    gguf_str s;
+    char *tmpl = NULL;
+    int rc = gguf_get_str(g, "tokenizer.chat_template", &s, err);
+    if (rc && rc != STRATA_E_NOTFOUND)
+        return rc;
+    if (rc == 0) {
+        tmpl = malloc(s.len + 1);
+        if (!tmpl)
+            return strata_err(err, STRATA_E_NOMEM, "%s: out of memory for "
+                              "tokenizer.chat_template", gguf_path(g));
+        memcpy(tmpl, s.p, s.len);
+        tmpl[s.len] = '\0';
+    }
+    rc = chat_template_init(t, tmpl, override_name, err);
+    if (rc && !override_name && err) { /* name the file; copy: msg is the source */
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        strata_err(err, rc, "%s: %s", gguf_path(g), why);
+    }
+    free(tmpl);
+    return rc;
+}
+
+void chat_template_free(chat_template *t)
+{
+    if (!t)
+        return;
+    free(t->default_system);
+    t->default_system = NULL;
+}
+
+const char *chat_end_of_turn(const chat_template *t)
+{
+    return t->format > CHAT_FORMAT_NONE && (size_t)t->format < N_SHAPES
+               ? SHAPES[t->format].turn_end : "";
+}
+
+/* ---- rendering ---------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int failed;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+/* Jinja's trim: leading and trailing whitespace. */
+static void sb_trimmed(sbuf *b, const char *s)
+{
+    const char *e = s + strlen(s);
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        e--;
+    sb_add(b, s, (size_t)(e - s));
+}
+
+/* One whole turn; prefix (may be NULL) goes before the content, untrimmed. */
+static void turn(sbuf *b, const chat_shape *f, const char *role, const char *prefix,
+                 const char *content)
+{
+    sb_str(b, f->turn_open);
+    sb_str(b, strcmp(role, "assistant") == 0 ? f->assistant : role);
+    sb_str(b, f->role_close);
+    if (prefix)
+        sb_str(b, prefix);
+    if (f->trim)
+        sb_trimmed(b, content);
+    else
+        sb_str(b, content);
+    sb_str(b, f->turn_end);
+    sb_str(b, f->after_end);
+}
+
+static void generation_prompt(sbuf *b, const chat_shape *f)
+{
+    sb_str(b, f->turn_open);
+    sb_str(b, f->assistant);
+    sb_str(b, f->role_close);
+}
+
+static int finish(sbuf *b, char **out, strata_error *err)
+{
+    if (b->failed || !b->p) {
+        free(b->p);
+        *out = NULL;
+        if (b->failed)
+            return strata_err(err, STRATA_E_NOMEM, "chat: out of memory rendering");
+        *out = calloc(1, 1);
+        return *out ? 0 : strata_err(err, STRATA_E_NOMEM, "chat: out of memory");
+    }
+    *out = b->p;
+    return 0;
+}
+
+static int check_format(const chat_template *t, strata_error *err)
+{
+    if (t->format <= CHAT_FORMAT_NONE || (size_t)t->format >= N_SHAPES)
+        return strata_err(err, STRATA_E_ARG, "chat: no chat format chosen (%d)",
+                          (int)t->format);
+    return 0;
+}
+
+int chat_render(const chat_template *t, const chat_msg *msgs, size_t n,
+                bool add_generation_prompt, char **out, strata_error *err)
+{
+    int rc = check_format(t, err);
+    *out = NULL;
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return strata_err(err, STRATA_E_ARG, "chat: message %zu has no %s", i,
+                              msgs[i].role ? "content" : "role");
+    const chat_shape *f = &SHAPES[t->format];
+    sbuf b = {0};
+    size_t i = 0;
+    bool has_sys = n > 0 && strcmp(msgs[0].role, "system") == 0;
+    if (f->has_system) {
+        if (!has_sys && t->default_system)
+            turn(&b, f, "system", NULL, t->default_system);
+    } else if (has_sys) {
+        /* Gemma: the system text and a blank line open the next turn. */
+        sbuf pre = {0};
+        sb_str(&pre, msgs[0].content);
+        sb_str(&pre, "\n\n");
+        if (n > 1)
+            turn(&b, f, msgs[1].role, pre.p, msgs[1].content);
+        else
+            turn(&b, f, "user", NULL, msgs[0].content);
+        b.failed |= pre.failed;
+        free(pre.p);
+        i = n > 1 ? 2 : 1;
+    }
+    for (; i < n; i++)
+        turn(&b, f, msgs[i].role, NULL, msgs[i].content);
+    if (add_generation_prompt)
+        generation_prompt(&b, f);
+    return finish(&b, out, err);
+}
+
+int chat_render_next_turn(const chat_template *t, const char *user, char **out,
+                          strata_error *err)
+{
+    int rc = check_format(t, err);
+    *out = NULL;
+    if (rc)
+        return rc;
+    if (!user)
+        return strata_err(err, STRATA_E_ARG, "chat: next turn has no content");
+    const chat_shape *f = &SHAPES[t->format];
+    sbuf b = {0};
+    sb_str(&b, f->after_end); /* what followed the end token, never fed */
+    turn(&b, f, "user", NULL, user);
+    generation_prompt(&b, f);
+    return finish(&b, out, err);
+}
