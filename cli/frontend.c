@@ -151,5 +151,5 @@ void frontend_print_stats(const frontend *f, const gen_stats *st, FILE *to)
                 "(%.1f tok/s, %.2f GB/s of weights), context %d/%d, load %.2f s%s\n",
             st->n_prompt, st->t_prompt, pr, st->n_gen, st->t_gen, dr, gbs,
             strata_seq_len(f->seq), strata_n_ctx(f->e), f->t_load,
-            st->cancelled ? " [interrupted]" : "");
+            st->cancelled ? " [interrupted]" : st->context_full ? " [context full: raise -c]" : "");
 }

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/backend.h"
 #include "engine/engine_internal.h"
-#include "engine/cuda/backend_cuda.h"
 #include "text/tokenizer.h"
 
 strata_params strata_params_default(void)
@@ -113,41 +113,17 @@ static int count_list(const char *spec)
     return n;
 }
 
-/* Touch the mapped weights page by page so the load shows progress and the
- * first token does not pay for page faults. */
-static void prefault(const model *m, const strata_params *p)
-{
-    uint64_t total = 0, done = 0, last = 0;
-    for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++)
-        total += gguf_tensor_at(m->g, i)->nbytes;
-    long pg = sysconf(_SC_PAGESIZE);
-    volatile unsigned char sink = 0;
-    for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->g, i);
-        const unsigned char *d = t->data;
-        for (uint64_t o = 0; o < t->nbytes; o += (uint64_t)pg)
-            sink ^= d[o];
-        done += t->nbytes;
-        if (p->progress && (done - last > (4u << 20) || done == total)) {
-            p->progress(done, total, p->progress_user);
-            last = done;
-        }
-    }
-    (void)sink;
-}
-
 /* ---- open / close -------------------------------------------------------- */
 
 static int choose_backend(strata_engine *e, strata_error *err)
 {
     int want = e->p.backend;
     const char *why = NULL;
-    int have = cuda_backend_available(&why);
+    int have = backend_cuda.available(&why);
     if (want == STRATA_BACKEND_CUDA && !have)
         return strata_err(err, STRATA_E_UNSUPPORTED, "--backend cuda: %s", why);
-    e->backend = want == STRATA_BACKEND_CPU ? STRATA_BACKEND_CPU
-                 : have                     ? STRATA_BACKEND_CUDA
-                                            : STRATA_BACKEND_CPU;
+    e->be = want != STRATA_BACKEND_CPU && have ? &backend_cuda : &backend_cpu;
+    e->backend = e->be->kind;
     if (!e->p.quiet && want == STRATA_BACKEND_AUTO) {
         if (have)
             fprintf(stderr, "strata: backend cuda\n");
@@ -165,17 +141,14 @@ static int auto_shares(strata_engine *e, int n, double *shares, strata_error *er
     int dev[64];
     int rc = parse_devices(e->p.devices, n, dev, err);
     for (int i = 0; i < n && !rc; i++) {
-        shares[i] = 1.0;
-        if (e->backend != STRATA_BACKEND_CUDA)
-            continue;
         uint64_t free_b = 0;
         int users = 0;
-        rc = cuda_device_free(dev[i], &free_b, err);
+        rc = e->be->device_free(dev[i], &free_b, err);
         for (int j = 0; j < n; j++)
             users += dev[j] == dev[i];
-        shares[i] = (double)free_b / users;
+        shares[i] = free_b ? (double)free_b / users : 1.0; /* no devices: equal shares */
     }
-    if (!rc && !e->p.quiet && e->backend == STRATA_BACKEND_CUDA && n > 1) {
+    if (!rc && !e->p.quiet && e->be->kind == STRATA_BACKEND_CUDA && n > 1) {
         fprintf(stderr, "strata: --layer-split auto: weight shares by free memory:");
         for (int i = 0; i < n; i++)
             fprintf(stderr, " cuda:%d %.1f GiB", dev[i], shares[i] / (1 << 30));
@@ -230,14 +203,9 @@ static int make_kv_pools(strata_engine *e, strata_error *err)
         pages = (e->p.kv_resident + KV_PAGE - 1) / KV_PAGE;
     for (int i = 0; i < e->n_stages; i++) {
         stage *st = &e->stages[i];
-        kv_allocator a = {0};
-        const kv_allocator *ap = NULL;
-        if (e->backend == STRATA_BACKEND_CUDA) {
-            a = cuda_kv_allocator(e, st);
-            ap = &a;
-        }
+        kv_allocator a = e->be->kv_allocator(e, st);
         int rc = kv_pool_new(&st->kv, e->p.kv_type, st->l1 - st->l0, hp->n_head_kv, hp->head_dim,
-                             pages, ap, err);
+                             pages, a.alloc ? &a : NULL, err);
         if (rc)
             return rc;
     }
@@ -278,20 +246,15 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
         rc = choose_backend(e, err);
     if (!rc)
         rc = make_stages(e, err);
-    if (!rc && e->backend == STRATA_BACKEND_CPU)
-        prefault(e->m, p);
-    if (!rc && e->backend == STRATA_BACKEND_CUDA)
-        rc = cuda_engine_init(e, err);
+    e->max_rows = e->p.n_chunk > e->p.n_slots ? e->p.n_chunk : e->p.n_slots;
+    if (!rc)
+        rc = e->be->init(e, err);
     if (!rc)
         rc = make_kv_pools(e, err);
-    e->max_rows = e->p.n_chunk > e->p.n_slots ? e->p.n_chunk : e->p.n_slots;
-    if (!rc && e->backend == STRATA_BACKEND_CPU)
-        rc = cpu_scratch_init(&e->cpu, e->m, e->max_rows, err);
     if (!rc && e->n_stages > 1) {
         stagepool_hooks hooks;
         memset(&hooks, 0, sizeof hooks);
-        if (e->backend == STRATA_BACKEND_CUDA)
-            cuda_stagepool_hooks(e, &hooks);
+        e->be->stagepool_hooks(e, &hooks);
         e->pool = stagepool_new(e->n_stages, &hooks, err);
         if (!e->pool)
             rc = err && err->code ? err->code : STRATA_E_NOMEM;
@@ -321,10 +284,9 @@ void strata_close(strata_engine *e)
     stagepool_free(e->pool);
     for (int i = 0; e->stages && i < e->n_stages; i++)
         kv_pool_free(e->stages[i].kv);
-    if (e->backend == STRATA_BACKEND_CUDA)
-        cuda_engine_free(e);
+    if (e->be)
+        e->be->free(e);
     free(e->stages);
-    cpu_scratch_free(&e->cpu);
     tokenizer_free(e->tok);
     model_free(e->m);
     free(e);
@@ -338,14 +300,14 @@ void strata_describe(const strata_engine *e, char *buf, size_t cap)
                                 "per stage (%.1f MiB per stage); stages:",
                                 e->m->arch_name, hp->n_expert ? "MoE" : "dense", hp->n_layer,
                                 (double)e->m->weight_bytes / 1048576.0,
-                                e->backend == STRATA_BACKEND_CUDA ? "cuda" : "cpu", e->n_ctx,
+                                e->be->name, e->n_ctx,
                                 e->p.n_slots, e->p.kv_type == KV_F16 ? "f16" : "k8v4",
                                 e->stages[0].kv->n_pages, KV_PAGE,
                                 (double)kv_page_bytes(e->stages[0].kv) *
                                     e->stages[0].kv->n_pages / 1048576.0);
     for (int i = 0; i < e->n_stages && n < cap; i++) {
         const stage *st = &e->stages[i];
-        if (e->backend == STRATA_BACKEND_CUDA)
+        if (e->be->kind == STRATA_BACKEND_CUDA)
             n += (size_t)snprintf(buf + n, cap - n, " [%d: layers %d-%d on cuda:%d]", i, st->l0,
                                   st->l1 - 1, st->device);
         else

@@ -15,7 +15,7 @@ typedef struct stage {
     int l0, l1;
     int device;          /* CUDA device (CPU backend: unused) */
     kv_pool *kv;         /* this stage's resident KV pool */
-    void *cuda;          /* backend state (engine/stage_cuda.c), NULL on CPU */
+    void *cuda;          /* CUDA backend state (engine/cuda/cuda_stage.h), NULL on CPU */
 } stage;
 
 /* One token of the rows a forward pass processes: prefill chunks carry rows
@@ -37,7 +37,8 @@ struct strata_engine {
     strata_params p;
     model *m;
     struct tokenizer *tok;
-    int backend;
+    const struct backend *be; /* the backend's operations (engine/backend.h) */
+    int backend;              /* be->kind, for strata_backend() */
     int n_ctx;
     int max_rows;        /* rows one forward call may carry */
     int n_stages;
@@ -57,21 +58,19 @@ struct strata_seq {
     void *cuda;          /* per-stage device page tables (CUDA backend) */
 };
 
-/* The forward pass over every stage.  logits: one n_vocab row per row with
- * logits >= 0.  KV pages must already be reserved for every row.  A call
- * carries either one sequence's prompt chunk (decode = 0) or one token of
- * each of several sequences (decode = 1).  Which kernels run depends only on
- * that role, never on the number of rows, so a row's result is the same
- * alone, in a batch, and in any chunking (the invariance rule). */
-int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
-                strata_error *err);
-/* Sampling on the card after a decode forward: row i uses params[i] and,
- * for temp > 0, the uniform number uniform[i]; ids land in next. */
-struct sampler_params;
-int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
-                        const struct sampler_params *const *params, const float *uniform,
-                        int32_t *next, strata_error *err);
-int cuda_can_sample(const struct sampler_params *p);
+/* The forward pass over every stage (backend.h's `forward`).  logits: one
+ * n_vocab row per row with logits >= 0.  KV pages must already be reserved
+ * for every row.  A call carries either one sequence's prompt chunk
+ * (decode = 0) or one token of each of several sequences (decode = 1).
+ * Which kernels run depends only on that role, never on the number of rows,
+ * so a row's result is the same alone, in a batch, and in any chunking (the
+ * invariance rule).
+ *
+ * The CPU reference (engine/forward_cpu.c), driven by engine/backend_cpu.c:
+ * one stage's layers for n rows (x in the scratch carries the hidden state
+ * from stage to stage), and the output norm and head of the last stage. */
+void stage_forward_cpu(strata_engine *e, const stage *st, const fwd_row *rows, int n);
+void head_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits);
 
 /* Batch groups (doc/engine.md, "Batch groups").  The number of groups a
  * forward call's rows are pipelined in: G for a decode step of a split

@@ -179,7 +179,7 @@ static void ffn_moe(strata_engine *e, const layer_weights *L, int n)
         cpu_add(s->x + r * D, s->att + r * D, D);
 }
 
-static void stage_forward(strata_engine *e, const stage *st, const fwd_row *rows, int n)
+void stage_forward_cpu(strata_engine *e, const stage *st, const fwd_row *rows, int n)
 {
     const model *m = e->m;
     int64_t D = m->hp.n_embd;
@@ -206,7 +206,7 @@ static void stage_forward(strata_engine *e, const stage *st, const fwd_row *rows
 }
 
 /* The output norm and head for the rows that want logits. */
-static void head(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits)
+void head_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits)
 {
     const model *m = e->m;
     int64_t D = m->hp.n_embd, V = m->hp.n_vocab;
@@ -219,42 +219,4 @@ static void head(strata_engine *e, const fwd_row *rows, int n, int decode, float
         if (trace_on() && !decode)
             trace_vec("logits", r, logits + (size_t)rows[r].logits * V, V);
     }
-}
-
-int forward_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
-                strata_error *err)
-{
-    /* the CPU reference has one arithmetic for both roles */
-    if (n > e->cpu.rows)
-        return strata_err(err, STRATA_E_ARG, "forward: %d rows > scratch %d", n, e->cpu.rows);
-    int G = forward_groups(e, decode);
-    if (G > 1) {
-        /* Batch groups: the wavefront schedule of backend_cuda.c (for each
-         * group, each stage runs it) issued serially.  On the card stage k+1
-         * works on group g while stage k starts on g+1; here nothing
-         * overlaps and no threads are used on purpose: the CPU backend
-         * exists to test the split logic (same order of operations, same
-         * bits), and each matmul already uses every core.  A group finishes
-         * every stage and the head before the next one starts, so it can
-         * use rows [0, len) of the scratch. */
-        for (int g = 0; g < G; g++) {
-            int off, len;
-            group_rows(n, G, g, &off, &len);
-            if (!len)
-                continue;
-            for (int si = 0; si < e->n_stages; si++) {
-                stage_forward(e, &e->stages[si], rows + off, len);
-                e->group_runs++;
-            }
-            head(e, rows + off, len, decode, logits);
-        }
-        return 0;
-    }
-    /* On the CPU the stages run one after another in this thread: the hidden
-     * state simply stays in x (no copies), so the split logic is exercised
-     * with the same code the GPU stages use. */
-    for (int si = 0; si < e->n_stages; si++)
-        stage_forward(e, &e->stages[si], rows, n);
-    head(e, rows, n, decode, logits);
-    return 0;
 }

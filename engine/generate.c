@@ -60,9 +60,12 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
             rc = strata_seq_feed(s, &tok, 1, NULL, NULL, err);
             break;
         }
+        /* A full context ends the answer (finish "length"), as in the
+         * scheduler (sched/scheduler.c, slot_take_token): the answer so far
+         * stands and is not an error; the last token, seen by the caller,
+         * has no room in the history. */
         if (strata_seq_len(s) + 1 > strata_n_ctx(e)) {
-            rc = strata_err(err, STRATA_E_LIMIT, "context full after %d tokens (raise -c)",
-                            strata_seq_len(s));
+            st->context_full = 1;
             break;
         }
         int32_t next;

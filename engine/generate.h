@@ -14,6 +14,7 @@ typedef struct gen_stats {
     double t_prompt, t_gen; /* seconds */
     int32_t stop_token;     /* the stop token sampled (not fed), or -1 */
     int cancelled;
+    int context_full;       /* the answer ended because the context was full */
 } gen_stats;
 
 /* Called with each generated token (never the stop token); a non-zero
@@ -25,7 +26,8 @@ typedef int (*gen_token_fn)(int32_t token, void *user);
  * tokens: a signal handler can set it.  A sampled stop token ends the
  * answer and is reported in stats->stop_token without being fed, so the
  * caller decides whether it joins the history (chat feeds it with the next
- * turn). */
+ * turn).  A full context ends the answer too (stats->context_full), with
+ * status 0: what was generated stands. */
 int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler *smp,
                     int max_new, gen_token_fn cb, void *user, volatile sig_atomic_t *cancel,
                     gen_stats *stats, strata_error *err);

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/backend_cuda.h"
+#include "engine/backend.h"
 #include "engine/engine_internal.h"
 #include "engine/sample.h"
 
@@ -27,8 +27,7 @@ void strata_seq_free(strata_seq *s)
     strata_engine *e = s->e;
     for (int i = 0; i < e->n_stages; i++)
         kv_seq_release(&s->kv[i], e->stages[i].kv);
-    if (e->backend == STRATA_BACKEND_CUDA)
-        cuda_seq_free(e, s);
+    e->be->seq_free(e, s);
     free(s->kv);
     free(s->tokens);
     free(s);
@@ -73,17 +72,7 @@ static int seq_grow(strata_seq *s, const int32_t *tokens, int n, strata_error *e
         s->cap = cap;
     }
     memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof *tokens);
-    if (e->backend == STRATA_BACKEND_CUDA)
-        return cuda_seq_sync_pages(e, s, err);
-    return 0;
-}
-
-static int forward(strata_engine *e, const fwd_row *rows, int n, int decode, float *logits,
-                   strata_error *err)
-{
-    if (e->backend == STRATA_BACKEND_CUDA)
-        return forward_cuda(e, rows, n, decode, logits, err);
-    return forward_cpu(e, rows, n, decode, logits, err);
+    return e->be->seq_sync(e, s, err);
 }
 
 int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
@@ -116,7 +105,7 @@ int strata_seq_feed(strata_seq *s, const int32_t *tokens, int n, float *logits,
                                 all_logits ? r : (last && logits ? 0 : -1)};
         }
         float *out = all_logits ? all_logits + (size_t)done * V : logits;
-        rc = forward(e, rows, c, 0, out, err);
+        rc = e->be->forward(e, rows, c, 0, out, err);
     }
     free(rows);
     if (rc) {
@@ -170,7 +159,7 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
     fwd_row rows[n];
     int rc = decode_rows(seqs, tokens, n, rows, err);
     if (!rc)
-        rc = forward(seqs[0]->e, rows, n, 1, logits, err);
+        rc = seqs[0]->e->be->forward(seqs[0]->e, rows, n, 1, logits, err);
     decode_commit(seqs, n, rc == 0);
     return rc;
 }
@@ -181,9 +170,11 @@ int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n, 
     if (n <= 0)
         return 0;
     strata_engine *e = seqs[0]->e;
-    int on_card = e->backend == STRATA_BACKEND_CUDA;
+    /* Sampled where the logits are when every row's parameters allow it
+     * (on a card: no copy of n x vocab logits back), else on the host. */
+    int on_card = 1;
     for (int i = 0; i < n && on_card; i++)
-        on_card = cuda_can_sample(&smp[i]->p);
+        on_card = e->be->can_sample(&smp[i]->p);
     fwd_row rows[n];
     int rc = decode_rows(seqs, tokens, n, rows, err);
     if (!rc && on_card) {
@@ -195,14 +186,14 @@ int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n, 
              * exactly when the host sampler would draw. */
             uniform[i] = smp[i]->p.temp > 0.0f ? sampler_uniform(smp[i]) : 0.0f;
         }
-        rc = forward_cuda_sample(e, rows, n, params, uniform, next, err);
+        rc = e->be->forward_sample(e, rows, n, params, uniform, next, err);
     } else if (!rc) {
         int V = e->m->hp.n_vocab;
         float *logits = malloc((size_t)n * V * sizeof *logits);
         if (!logits)
             rc = strata_err(err, STRATA_E_NOMEM, "out of memory");
         if (!rc)
-            rc = forward(e, rows, n, 1, logits, err);
+            rc = e->be->forward(e, rows, n, 1, logits, err);
         for (int i = 0; i < n && !rc; i++) {
             /* history includes the token just fed, as in strata_generate */
             seqs[i]->n_tokens++;

@@ -6,7 +6,7 @@
  *      pages) everything the bodies will write, so a body allocates nothing
  *      and touches nothing another stage touches;
  *   2. stagepool_for_each: every stage issues its copies on its own copy
- *      stream (park_copier), synchronises once, seals or verifies its part;
+ *      stream (backend_copier), synchronises once, seals or verifies its part;
  *   3. on the orchestration thread: commit, or undo everything when any
  *      stage failed (convcache_abort, seq reset): nothing torn remains.
  *
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "cache/arena.h"
-#include "engine/cuda/backend_cuda.h"
+#include "engine/backend.h"
 #include "engine/engine_internal.h"
 
 int park_fail_stage = -1;
@@ -43,42 +43,10 @@ struct strata_park {
     size_t *stage_cap;
 };
 
-/* ---- the CPU copier --------------------------------------------------------- */
-
-static int cpu_copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
-                      size_t width, size_t height, strata_error *err)
+/* The calling thread's copier for a stage's pool (engine/backend.h). */
+static int get_copier(const strata_engine *e, int stage, backend_copier *c, strata_error *err)
 {
-    (void)ctx;
-    (void)err;
-    if (dpitch == width && spitch == width) {
-        memcpy(dst, src, width * height);
-        return 0;
-    }
-    for (size_t r = 0; r < height; r++)
-        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
-    return 0;
-}
-
-static int cpu_sync(void *ctx, strata_error *err)
-{
-    (void)ctx;
-    (void)err;
-    return 0;
-}
-
-static int get_copier(const strata_engine *e, int stage, park_copier *c, strata_error *err)
-{
-#ifdef STRATA_CUDA
-    if (e->backend == STRATA_BACKEND_CUDA)
-        return park_cuda_copier(e->stages[stage].device, c, err);
-#endif
-    (void)e;
-    (void)stage;
-    (void)err;
-    c->copy2d = cpu_copy2d;
-    c->sync = cpu_sync;
-    c->ctx = NULL;
-    return 0;
+    return e->be->copier(e, stage, c, err);
 }
 
 /* ---- planning the copies of one (layer, buffer) ------------------------------ */
@@ -136,7 +104,7 @@ static int side_consecutive(const side *sd, int32_t k, int m)
 }
 
 /* Copy tokens [t0, t1) of layer l, buffer b from src to dst. */
-static int copy_lb(const park_copier *c, const side *dst, const side *src, const kv_pool *shape,
+static int copy_lb(const backend_copier *c, const side *dst, const side *src, const kv_pool *shape,
                    int l, int b, int32_t t0, int32_t t1, uint64_t *bytes, strata_error *err)
 {
     size_t row = row_bytes(shape, b), H = (size_t)shape->n_kv_head;
@@ -174,7 +142,7 @@ static int copy_lb(const park_copier *c, const side *dst, const side *src, const
 }
 
 /* Copy tokens [t0, t1) of every layer and buffer of one stage. */
-static int copy_stage(const park_copier *c, const side *dst, const side *src,
+static int copy_stage(const backend_copier *c, const side *dst, const side *src,
                       const kv_pool *shape, int32_t t0, int32_t t1, uint64_t *bytes,
                       strata_error *err)
 {
@@ -234,9 +202,7 @@ static int seq_set_history(strata_seq *s, const int32_t *tokens, int n, strata_e
     if (s->tokens != tokens)
         memmove(s->tokens, tokens, (size_t)n * sizeof *tokens);
     s->n_tokens = n;
-    if (s->e->backend == STRATA_BACKEND_CUDA)
-        return cuda_seq_sync_pages(s->e, s, err);
-    return 0;
+    return s->e->be->seq_sync(s->e, s, err);
 }
 
 /* ---- life cycle ------------------------------------------------------------------ */
@@ -262,18 +228,23 @@ static void arena_part_free(void *ptr, void *ctx)
     (void)arena_free(ctx, ptr);
 }
 
-/* The block for the arena: pinned on CUDA (once: see park_cuda.c for why),
- * malloc'd under the CPU test hook. */
+/* The block for the arena: pinned on CUDA (once: engine/cuda/copy_cuda.c
+ * says why), page-aligned host memory under the CPU test hook. */
 static int block_take(strata_park *p, size_t bytes, strata_error *err)
 {
-#ifdef STRATA_CUDA
-    if (p->e->backend == STRATA_BACKEND_CUDA)
-        return park_cuda_host_pin(bytes, &p->block, err);
-#endif
-    /* aligned, so the arena loses no bytes to its 64-byte alignment (as
-     * with cudaHostAlloc's page-aligned blocks); bytes is whole MiB */
-    p->block = aligned_alloc(ARENA_ALIGN, bytes);
-    return p->block ? 0 : strata_err(err, STRATA_E_NOMEM, "out of memory");
+    return p->e->be->host_block(bytes, &p->block, err);
+}
+
+/* Per-part allocation from the backend's host memory (the fallback when
+ * the block cannot be had). */
+static void *host_part_alloc(size_t bytes, void *ctx)
+{
+    return ((const backend *)ctx)->host_alloc(bytes);
+}
+
+static void host_part_free(void *ptr, void *ctx)
+{
+    ((const backend *)ctx)->host_free(ptr);
 }
 
 /* Where the cache's parts come from: the arena over one block of the whole
@@ -283,12 +254,9 @@ static int block_take(strata_park *p, size_t bytes, strata_error *err)
 static convcache_allocator cache_allocator(strata_park *p, size_t bytes)
 {
     convcache_allocator al = {NULL, NULL, NULL};   /* malloc */
-    int on_cuda = 0;
-#ifdef STRATA_CUDA
-    on_cuda = p->e->backend == STRATA_BACKEND_CUDA;
+    int on_cuda = p->e->be->pins_host;
     if (on_cuda)
-        al = park_cuda_host_allocator();
-#endif
+        al = (convcache_allocator){host_part_alloc, host_part_free, (void *)p->e->be};
     if (!on_cuda && !park_arena_on_cpu)
         return al;
     strata_error why = {0};
@@ -322,6 +290,21 @@ static int verify_default(void)
 #endif
 }
 
+static int warm_body(int stage, void *ctx)
+{
+    backend_copier c;
+    return get_copier(ctx, stage, &c, stagepool_stage_error());
+}
+
+/* Each stage pool worker makes its copy state now (on CUDA a stream of its
+ * own on its stage's card), so the first capture does not pay for it. */
+static int warm_workers(strata_park *p, strata_error *err)
+{
+    if (!p->e->pool)
+        return 0;
+    return stagepool_run(p->e->pool, warm_body, p->e, err);
+}
+
 strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strata_error *err)
 {
     if (!cache_mib || cache_slots <= 0) {
@@ -352,7 +335,7 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
      * pinned (/work/shared/ANCHORS.md) */
     cfg.allocator = cache_allocator(p, cfg.max_bytes);
     p->cache = convcache_new(&cfg, err);
-    if (!p->cache) {
+    if (!p->cache || warm_workers(p, err)) {
         park_free(p);
         return NULL;
     }
@@ -361,14 +344,7 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
 
 static void staging_free(strata_park *p, void *buf)
 {
-#ifdef STRATA_CUDA
-    if (p->e->backend == STRATA_BACKEND_CUDA) {
-        park_cuda_host_free(buf);
-        return;
-    }
-#endif
-    (void)p;
-    free(buf);
+    p->e->be->host_free(buf);
 }
 
 void park_free(strata_park *p)
@@ -385,10 +361,9 @@ void park_free(strata_park *p)
             staging_free(p, p->stage_buf[i]);
     free(p->stage_buf);
     free(p->stage_cap);
-#ifdef STRATA_CUDA
-    /* serial runs made streams on this thread; the workers' go when they exit */
-    park_cuda_thread_fini();
-#endif
+    /* serial runs made copy state on this thread; the workers' goes when
+     * they exit */
+    p->e->be->thread_fini();
     free(p);
 }
 
@@ -418,7 +393,7 @@ static int capture_body(int stage, void *ctx)
     capture_job *j = ctx;
     strata_error *err = stagepool_stage_error();
     const kv_pool *pool = j->p->e->stages[stage].kv;
-    park_copier c;
+    backend_copier c;
     int rc = get_copier(j->p->e, stage, &c, err);
     if (rc)
         return rc;
@@ -502,7 +477,7 @@ static int restore_body(int stage, void *ctx)
         if (rc)
             return rc;
     }
-    park_copier c;
+    backend_copier c;
     int rc = get_copier(j->p->e, stage, &c, err);
     if (rc)
         return rc;
@@ -587,7 +562,7 @@ static int shuttle_body(int stage, void *ctx)
     const kv_pool *pf = ef->stages[stage].kv, *pt = et->stages[stage].kv;
     side src = {pf, j->from->kv[stage].pages, NULL, 0, 0};
     side dst = {pt, j->to->kv[stage].pages, NULL, 0, 0};
-    park_copier c;
+    backend_copier c;
     int rc = get_copier(ef, stage, &c, err);
     if (rc)
         return rc;
@@ -643,12 +618,7 @@ static int staging_reserve(strata_park *p, int n, strata_error *err)
             staging_free(p, p->stage_buf[i]);
         p->stage_buf[i] = NULL;
         p->stage_cap[i] = 0;
-#ifdef STRATA_CUDA
-        if (p->e->backend == STRATA_BACKEND_CUDA)
-            p->stage_buf[i] = park_cuda_host_alloc(need);
-        else
-#endif
-            p->stage_buf[i] = malloc(need);
+        p->stage_buf[i] = p->e->be->host_alloc(need);
         if (!p->stage_buf[i])
             return strata_err(err, STRATA_E_NOMEM, "shuttle: cannot allocate %zu bytes of "
                               "staging for stage %d", need, i);

@@ -122,38 +122,5 @@ extern int park_fail_stage;
  * suites run the arena path of the engine too. */
 extern int park_arena_on_cpu;
 
-/* ---- the copy backends (park/park.c, park/park_cuda.c) -------------- */
-
-/* One stage body's copies: issue any number, then sync once. */
-typedef struct park_copier {
-    /* height rows of width bytes; dst/src rows dpitch/spitch apart */
-    int (*copy2d)(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
-                  size_t width, size_t height, strata_error *err);
-    int (*sync)(void *ctx, strata_error *err);
-    void *ctx;
-} park_copier;
-
-#ifdef STRATA_CUDA
-/* The calling thread's non-blocking copy stream on device dev, created on
- * first use (stage pool workers and, in serial mode, the orchestration
- * thread); a copier issuing cudaMemcpy(2D)Async on it. */
-int park_cuda_copier(int dev, park_copier *c, strata_error *err);
-/* Destroy the calling thread's copy streams (worker_fini, park_free). */
-void park_cuda_thread_fini(void);
-/* Create the calling worker's stream for a stage's card at start, so the
- * first copy does not pay for it (for the engine's worker_init hook). */
-int park_cuda_worker_init(int dev, strata_error *err);
-/* One portable pinned block of `bytes` (the cache's arena), freed with
- * park_cuda_host_free; STRATA_E_DEVICE naming CUDA's reason on failure. */
-int park_cuda_host_pin(size_t bytes, void **out, strata_error *err);
-/* The fallback: cudaHostAlloc / cudaFreeHost per part. */
-convcache_allocator park_cuda_host_allocator(void);
-void *park_cuda_host_alloc(size_t bytes);
-void park_cuda_host_free(void *p);
-/* Pinned copy bandwidth between dev and the host (to_host: D2H, else H2D),
- * best of reps runs of `bytes`, GB/s: the limit the bench compares with. */
-int park_cuda_bandwidth(int dev, size_t bytes, int to_host, int reps, double *gbps,
-                        strata_error *err);
-#endif
 
 #endif

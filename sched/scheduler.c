@@ -457,12 +457,12 @@ static int admit(strata_sched *s, sched_step *st)
 
 /* A token was sampled for the slot's request: emit it or end the request;
  * on return the slot either still decodes (with sl->next to feed) or no
- * longer runs the request. */
-static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
+ * longer runs the request.  A full context ends the answer as "length", as
+ * strata_generate does (engine/generate.c): the decode policy both drivers
+ * share. */
+static void slot_take_token(strata_sched *s, sched_slot *sl, int32_t tok)
 {
     sched_handle *h = sl->h;
-    int32_t tok = sampler_sample(&h->smp, logits, s->V, strata_seq_tokens(sl->seq),
-                                 strata_seq_len(sl->seq));
     if (tok < 0) {
         strata_error err;
         strata_err(&err, STRATA_E_NOMEM, "sampler: out of memory");
@@ -501,6 +501,15 @@ static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
     }
     sl->decoding = 1;
     sl->next = tok;
+}
+
+/* The first token of an answer, from the prompt's last logits (on the
+ * host, as in strata_generate). */
+static void slot_take_logits(strata_sched *s, sched_slot *sl, float *logits)
+{
+    sched_handle *h = sl->h;
+    slot_take_token(s, sl, sampler_sample(&h->smp, logits, s->V, strata_seq_tokens(sl->seq),
+                                          strata_seq_len(sl->seq)));
 }
 
 /* Start the slot from the longest parked conversation its target extends,
@@ -621,14 +630,20 @@ static void decode_step(strata_sched *s, sched_step *st)
     st->n_decode = n;
     if (!n)
         return;
+    /* Sampled where the logits are (engine/seq.c): on a card only the ids
+     * come back, as in strata_generate. */
     strata_error err = {0};
-    int rc = strata_decode_batch(s->b_seq, s->b_tok, n, s->logits, &err);
+    sampler *smp[n];
+    int32_t next[n];
+    for (int r = 0; r < n; r++)
+        smp[r] = &s->slots[s->b_slot[r]].h->smp;
+    int rc = strata_decode_batch_sample(s->b_seq, s->b_tok, n, smp, next, &err);
     for (int r = 0; r < n; r++) {
         sched_slot *sl = &s->slots[s->b_slot[r]];
         if (rc)
             sched_slot_finish(s, sl, SCHED_FINISH_ERROR, &err);
         else
-            slot_take_logits(s, sl, s->logits + (size_t)r * s->V);
+            slot_take_token(s, sl, next[r]);
     }
 }
 

@@ -32,6 +32,7 @@
 
 #include "cli/bench/bench.h"
 #include "cli/options.h"
+#include "engine/cuda/backend_cuda.h"
 #include "engine/engine_internal.h"
 #include "park/park.h"
 #include "kernels/ops.h"
@@ -121,7 +122,7 @@ static int measure_link(strata_engine *e, int to_host, double *gbps, strata_erro
             if (seen)
                 continue;
             double g;
-            int rc = park_cuda_bandwidth(e->stages[i].device, (size_t)1 << 30, to_host, 5, &g,
+            int rc = cuda_link_bandwidth(e->stages[i].device, (size_t)1 << 30, to_host, 5, &g,
                                          err);
             if (rc)
                 return rc;

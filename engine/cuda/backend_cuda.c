@@ -1,4 +1,7 @@
-/* backend_cuda.c: the forward pass on NVIDIA cards, stage by stage.
+/* backend_cuda.c: the forward pass on NVIDIA cards, stage by stage, and the
+ * CUDA backend's table (engine/backend.h).  What one stage computes is in
+ * engine/cuda/forward_cuda.c, block for block beside the CPU's; this file
+ * drives the stages: inputs, graphs, crossings, batch groups, logits.
  *
  * Each stage owns its card: its layers' weights in the kernels' device
  * layout, a compute stream, a private non-blocking copy stream, activation
@@ -36,229 +39,13 @@
 
 /* ---- the forward pass ------------------------------------------------------ */
 
-typedef struct call {
-    int n, decode;     /* rows; decode: n sequences x 1 token, else 1 x n */
-    int n_seq, n_tok;
-    int first;         /* first row whose logits are wanted (n: none) */
-} call;
-
-static int matmul(cuda_stage *cs, const dweight *w, const float *x, int n, float *y,
-                  strata_error *err)
-{
-    return cuda_matmul(w->type, w->d, w->rows, w->cols, x, n, y, cs->mm_scratch,
-                       cs->mm_scratch_bytes, cs->compute, err);
-}
-
-/* One expert matrix product over the expert-sorted rows (moe_grouped). */
-static int grouped(cuda_stage *cs, const dweight *w, int n_expert, const float *x, int n, float *y,
-                   strata_error *err)
-{
-    return cuda_matmul_grouped(w->type, w->d, w->rows, w->cols, n_expert, cs->moe_off, x, n, y,
-                               cs->mm_scratch, cs->mm_scratch_bytes, cs->compute, err);
-}
-
-/* The experts over many rows (a prompt chunk): the n*k (token, slot) pairs
- * sorted by expert, each expert's rows multiplied at once (three launches
- * for all experts instead of three per pair), then combined back in slot
- * order.  Each row's arithmetic is the matvec path's, bit for bit
- * (cuda_matmul_grouped), so a token's output does not depend on the path.
- * Buffers: xg (sorted inputs) in hb2; gate | up in hb; their SwiGLU in hb2;
- * the down products in hb. */
-static int moe_grouped(strata_engine *e, cuda_stage *cs, const dlayer *d, int n,
-                       strata_error *err)
-{
-    const model_hparams *hp = &e->m->hp;
-    int64_t D = hp->n_embd, F = d->gate_exps.rows;
-    int k = hp->n_expert_used, E = hp->n_expert, nk = n * k;
-    int32_t *rows = cs->moe_off + E + 1, *inv = rows + (size_t)cs->max_pairs;
-    float *xg = cs->hb2, *g = cs->hb, *u = cs->hb + (size_t)nk * F, *h = cs->hb2, *y = cs->hb;
-    int rc = cuda_moe_group(cs->moe_sel, n, k, E, cs->moe_off, rows, inv, cs->compute, err);
-    rc = rc ? rc : cuda_moe_gather(cs->xb, n, k, D, rows, xg, cs->compute, err);
-    rc = rc ? rc : grouped(cs, &d->gate_exps, E, xg, nk, g, err);
-    rc = rc ? rc : grouped(cs, &d->up_exps, E, xg, nk, u, err);
-    rc = rc ? rc : cuda_swiglu(g, u, h, (int64_t)nk * F, cs->compute, err);
-    rc = rc ? rc : grouped(cs, &d->down_exps, E, h, nk, y, err);
-    rc = rc ? rc : cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err);
-    return rc;
-}
-
-static int moe_ffn(strata_engine *e, cuda_stage *cs, const dlayer *d, int n, strata_error *err)
-{
-    const model_hparams *hp = &e->m->hp;
-    int64_t D = hp->n_embd, F = d->gate_exps.rows;
-    int k = hp->n_expert_used, rc;
-    rc = matmul(cs, &d->router, cs->xb, n, cs->att, err);
-    rc = rc ? rc : cuda_moe_route(cs->att, n, hp->n_expert, k, cs->moe_sel, cs->moe_w,
-                                  cs->compute, err);
-    /* Past a decode step's few rows: one grouped product per expert matrix
-     * (F32 experts, test models only, keep the matvecs). */
-    if (!rc && n > MOE_GROUPED_MIN_ROWS && d->gate_exps.type != GGML_TYPE_F32 &&
-        d->up_exps.type != GGML_TYPE_F32 && d->down_exps.type != GGML_TYPE_F32 &&
-        !((cuda_engine *)e->cuda)->no_grouped) {
-        rc = moe_grouped(e, cs, d, n, err);
-        return rc ? rc : cuda_add(cs->x, cs->att, (int64_t)n * D, cs->compute, err);
-    }
-    /* Per token and slot, the three expert matvecs with the expert id read
-     * on the card (graph-safe); slot (t, j) writes row t*k + j. */
-    for (int t = 0; t < n && !rc; t++) {
-        for (int j = 0; j < k && !rc; j++) {
-            const int32_t *sel = cs->moe_sel + t * k + j;
-            float *g = cs->hb + (size_t)(t * k + j) * F;
-            float *u = cs->hb2 + (size_t)(t * k + j) * F;
-            rc = cuda_matvec_expert(d->gate_exps.type, d->gate_exps.d, F, D, sel, cs->xb + t * D,
-                                    1, g, cs->compute, err);
-            rc = rc ? rc : cuda_matvec_expert(d->up_exps.type, d->up_exps.d, F, D, sel,
-                                              cs->xb + t * D, 1, u, cs->compute, err);
-        }
-    }
-    rc = rc ? rc : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * k * F, cs->compute, err);
-    for (int t = 0; t < n && !rc; t++)
-        for (int j = 0; j < k && !rc; j++)
-            rc = cuda_matvec_expert(d->down_exps.type, d->down_exps.d, D, F,
-                                    cs->moe_sel + t * k + j, cs->hb + (size_t)(t * k + j) * F, 1,
-                                    cs->hb2 + (size_t)(t * k + j) * D, cs->compute, err);
-    rc = rc ? rc : cuda_moe_combine(cs->hb2, cs->moe_w, NULL, n, k, D, cs->att, cs->compute, err);
-    rc = rc ? rc : cuda_add(cs->x, cs->att, (int64_t)n * D, cs->compute, err);
-    return rc;
-}
-
-/* STRATA_TRACE: copy the first row of a device vector back and print it
- * (prompt chunks only: never inside a graph capture). */
-static int dtrace(cuda_stage *cs, const call *c, const char *what, int layer, const float *d,
-                  long n, strata_error *err)
-{
-    if (!trace_on() || c->decode)
-        return 0;
-    float *h = malloc((size_t)n * sizeof *h);
-    if (!h)
-        return 0;
-    CUDA_CHECK(err, cudaStreamSynchronize(cs->compute));
-    CUDA_CHECK(err, cudaMemcpy(h, d, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost));
-    trace_vec(what, layer, h, n);
-    free(h);
-    return 0;
-}
-
-/* Every kernel of one stage for one call, on the stage's compute stream
- * (captured into a graph for decode steps). */
-static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
-                         strata_error *err)
-{
-    const model *m = e->m;
-    const model_hparams *hp = &m->hp;
-    cuda_engine *ce = e->cuda;
-    int n = c->n, rc = 0;
-    int64_t D = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
-    int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int32_t *tokens = cs->d_in, *tok_pos = cs->d_in + ce->max_rows;
-    const int32_t *seq_pos = cs->d_in + 2 * ce->max_rows, *pages = cs->d_in + 3 * ce->max_rows;
-    rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, cs->rope_freqs};
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
-    if (st->index == 0)
-        rc = cuda_embed(cs->tok_embd.type, cs->tok_embd.d, cs->tok_embd.rows, D, tokens, n, cs->x,
-                        cs->compute, err);
-    if (!rc && st->index == 0)
-        rc = dtrace(cs, c, "embed", -1, cs->x, D, err);
-    int normed = 0; /* xb already holds attn_norm(x) (fused into the last add) */
-    for (int il = st->l0; il < st->l1 && !rc; il++) {
-        const dlayer *d = &cs->layers[il - st->l0];
-        kv_view kv = kv_pool_view(st->kv, il - st->l0, pages);
-        if (!normed)
-            rc = cuda_rmsnorm(cs->x, d->attn_norm, cs->xb, n, D, hp->eps, cs->compute, err);
-        normed = 0;
-        /* q, k, v: one stacked matvec (rows q|k|v per token) or three */
-        float *q = cs->q, *k = cs->k, *v = cs->v;
-        int64_t qs = dq, ks = dkv, vs = dkv;
-        if (d->wqkv.d) {
-            rc = rc ? rc : matmul(cs, &d->wqkv, cs->xb, n, cs->q, err);
-            k = q + dq;
-            v = k + dkv;
-            qs = ks = vs = dq + 2 * dkv;
-        } else {
-            rc = rc ? rc : matmul(cs, &d->wq, cs->xb, n, q, err);
-            rc = rc ? rc : matmul(cs, &d->wk, cs->xb, n, k, err);
-            rc = rc ? rc : matmul(cs, &d->wv, cs->xb, n, v, err);
-        }
-        rc = rc ? rc : dtrace(cs, c, "attn_norm", il, cs->xb, D, err);
-        rc = rc ? rc : dtrace(cs, c, "q", il, q, dq, err);
-        rc = rc ? rc : dtrace(cs, c, "k", il, k, dkv, err);
-        rc = rc ? rc : dtrace(cs, c, "v", il, v, dkv, err);
-        if (!rc && d->bq) {
-            rc = cuda_bias_add(q, d->bq, n, dq, qs, cs->compute, err);
-            rc = rc ? rc : cuda_bias_add(k, d->bk, n, dkv, ks, cs->compute, err);
-            rc = rc ? rc : cuda_bias_add(v, d->bv, n, dkv, vs, cs->compute, err);
-        }
-        if (!rc && d->q_norm) {
-            rc = cuda_rmsnorm_heads(q, d->q_norm, n, hp->n_head, hp->head_dim, qs, hp->eps,
-                                    cs->compute, err);
-            rc = rc ? rc : cuda_rmsnorm_heads(k, d->k_norm, n, hp->n_head_kv, hp->head_dim, ks,
-                                              hp->eps, cs->compute, err);
-        }
-        rc = rc ? rc : cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim,
-                                    tok_pos, &rp, cs->compute, err);
-        rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v,
-                                     vs, cs->compute, err);
-        rc = rc ? rc : cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, e->n_ctx,
-                                      q, qs, hp->n_head, scale, cs->att, dq, cs->att_scratch,
-                                      cs->att_scratch_bytes, cs->compute, err);
-        rc = rc ? rc : dtrace(cs, c, "q_rope", il, q, dq, err);
-        rc = rc ? rc : dtrace(cs, c, "att", il, cs->att, dq, err);
-        rc = rc ? rc : matmul(cs, &d->wo, cs->att, n, cs->xb, err);
-        /* x += attention; xb = ffn_norm(x) */
-        rc = rc ? rc : cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps,
-                                        cs->compute, err);
-        rc = rc ? rc : dtrace(cs, c, "h", il, cs->x, D, err);
-        if (rc)
-            break;
-        if (hp->n_expert) {
-            rc = moe_ffn(e, cs, d, n, err);
-        } else {
-            if (d->gate_up.d) {
-                int64_t F = d->gate_up.rows / 2;
-                rc = matmul(cs, &d->gate_up, cs->xb, n, cs->hb, err);
-                rc = rc ? rc : cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err);
-                rc = rc ? rc : matmul(cs, &d->down, cs->hb2, n, cs->xb, err);
-            } else {
-                int64_t F = d->gate.rows;
-                rc = matmul(cs, &d->gate, cs->xb, n, cs->hb, err);
-                rc = rc ? rc : matmul(cs, &d->up, cs->xb, n, cs->hb2, err);
-                rc = rc ? rc : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
-                                           err);
-                rc = rc ? rc : matmul(cs, &d->down, cs->hb, n, cs->xb, err);
-            }
-            /* x += FFN, and the next layer's attn_norm in the same launch */
-            if (!rc && il + 1 < st->l1) {
-                rc = cuda_add_rmsnorm(cs->x, cs->xb, cs->layers[il + 1 - st->l0].attn_norm, cs->xb,
-                                      n, D, hp->eps, cs->compute, err);
-                normed = 1;
-            } else if (!rc) {
-                rc = cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err);
-            }
-        }
-        rc = rc ? rc : dtrace(cs, c, "out", il, cs->x, D, err);
-    }
-    if (!rc && st->index == e->n_stages - 1) {
-        /* A prompt chunk usually needs the logits of its last row only. */
-        int first = c->first, rows = n - first;
-        if (rows > 0)
-            rc = cuda_rmsnorm(cs->x + (size_t)first * D, cs->output_norm, cs->xb, rows, D, hp->eps,
-                          cs->compute, err);
-        if (rows > 0)
-            rc = rc ? rc : matmul(cs, &cs->output, cs->xb, rows, cs->logits, err);
-        for (int r = 0; r < rows && !rc && trace_on(); r++)
-            rc = dtrace(cs, c, "logits", first + r, cs->logits + (size_t)r * hp->n_vocab,
-                        hp->n_vocab, err);
-    }
-    return rc;
-}
-
 /* Capture one stage's kernels for call c into an executable graph. */
-static int capture(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
+static int capture(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_call *c,
                    cudaGraphExec_t *out, strata_error *err)
 {
     cudaGraph_t g;
     CUDA_CHECK(err, cudaStreamBeginCapture(cs->compute, cudaStreamCaptureModeThreadLocal));
-    int rc = stage_kernels(e, st, cs, c, err);
+    int rc = stage_forward_cuda(e, st, cs, c, err);
     cudaError_t ce = cudaStreamEndCapture(cs->compute, &g);
     if (rc) {
         if (ce == cudaSuccess)
@@ -275,11 +62,11 @@ static int capture(strata_engine *e, const stage *st, cuda_stage *cs, const call
 }
 
 /* Run one stage's kernels, through a captured graph for decode steps. */
-static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const call *c,
+static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_call *c,
                      strata_error *err)
 {
     if (!c->decode || c->n > MAX_GRAPH_ROWS || ((cuda_engine *)e->cuda)->no_graphs)
-        return stage_kernels(e, st, cs, c, err);
+        return stage_forward_cuda(e, st, cs, c, err);
     if (!cs->graph[c->n]) {
         int rc = capture(e, st, cs, c, &cs->graph[c->n], err);
         if (rc)
@@ -292,7 +79,7 @@ static int stage_run(strata_engine *e, const stage *st, cuda_stage *cs, const ca
 /* Fill one block of input words (tokens | tok_pos | seq_pos | pages) for
  * the rows of call c. */
 static int fill_inputs(strata_engine *e, const stage *st, int32_t *in, const fwd_row *rows,
-                       const call *c, strata_error *err)
+                       const fwd_call *c, strata_error *err)
 {
     cuda_engine *ce = e->cuda;
     int R = ce->max_rows, P = ce->page_stride;
@@ -315,7 +102,7 @@ static int fill_inputs(strata_engine *e, const stage *st, int32_t *in, const fwd
 
 /* Fill a stage's input words and queue their upload. */
 static int stage_inputs(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_row *rows,
-                        const call *c, strata_error *err)
+                        const fwd_call *c, strata_error *err)
 {
     /* A pinned copy reads host memory when the stream reaches it, and a
      * call that wants no logits (a prompt chunk before the last) returns
@@ -407,7 +194,7 @@ static int x_free(strata_engine *e, int si, strata_error *err)
  * stage's logits, and input block g (tokens, positions, page tables) of
  * every stage; scratch (xb, q, ..., matmul and attention scratch) is only
  * used inside one stream, which runs the groups one after another.
- * stage_kernels works on rows [0, n) of the buffers it is given, so a group
+ * stage_forward_cuda works on rows [0, n) of the buffers it is given, so a group
  * runs through it unchanged on a view of the stage whose pointers start at
  * the group's rows and block (group_view).  Each row's arithmetic is the
  * same as in the whole step (the invariance rule), so the logits are bit
@@ -429,10 +216,10 @@ static cuda_stage group_view(const cuda_stage *cs, int64_t D, int64_t V, int off
  * (rows, row offset, input block); the least recently used of
  * GROUP_GRAPHS is replaced when none fits. */
 static int group_run(strata_engine *e, const stage *st, cuda_stage *cs, cuda_stage *v,
-                     const call *c, int off, int blk, strata_error *err)
+                     const fwd_call *c, int off, int blk, strata_error *err)
 {
     if (c->n > MAX_GRAPH_ROWS || ((cuda_engine *)e->cuda)->no_graphs)
-        return stage_kernels(e, st, v, c, err);
+        return stage_forward_cuda(e, st, v, c, err);
     if (off == 0 && blk == 0)
         return stage_run(e, st, cs, c, err); /* the same pointers as a whole step of c->n rows */
     group_graph *gg = cs->group_graphs, *slot = NULL;
@@ -485,7 +272,7 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
             group_rows(n, G, g, &off, &len);
             if (!len)
                 continue;
-            call cg = {len, 1, len, 1, 0};
+            fwd_call cg = {len, 1, len, 1, 0};
             cuda_stage v = group_view(cs, D, V, off, g);
             rc = fill_inputs(e, st, v.h_in, rows + off, &cg, err);
             if (rc)
@@ -502,7 +289,7 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
         group_rows(n, G, g, &off, &len);
         if (!len)
             continue;
-        call cg = {len, 1, len, 1, 0};
+        fwd_call cg = {len, 1, len, 1, 0};
         for (int si = 0; si < e->n_stages && !rc; si++) {
             stage *st = &e->stages[si];
             cuda_stage *cs = st->cuda;
@@ -522,13 +309,13 @@ static int run_groups(strata_engine *e, const fwd_row *rows, int n, int G, strat
 }
 
 /* Run every stage for the rows; the last stage's logits stay on its card. */
-static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, call *c,
+static int run_stages(strata_engine *e, const fwd_row *rows, int n, int decode, fwd_call *c,
                       strata_error *err)
 {
     cuda_engine *ce = e->cuda;
     if (n > ce->max_rows)
         return strata_err(err, STRATA_E_ARG, "forward: %d rows > %d", n, ce->max_rows);
-    *c = (call){n, decode, decode ? n : 1, decode ? 1 : n, n};
+    *c = (fwd_call){n, decode, decode ? n : 1, decode ? 1 : n, n};
     int all = 1; /* every row wants logits (every decode step the engine makes) */
     for (int r = n - 1; r >= 0; r--) {
         if (rows[r].logits >= 0)
@@ -558,7 +345,7 @@ int forward_cuda(strata_engine *e, const fwd_row *rows, int n, int decode, float
                  strata_error *err)
 {
     cuda_engine *ce = e->cuda;
-    call c;
+    fwd_call c;
     int rc = run_stages(e, rows, n, decode, &c, err);
     if (rc)
         return rc;
@@ -595,7 +382,7 @@ int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
                         strata_error *err)
 {
     cuda_engine *ce = e->cuda;
-    call c;
+    fwd_call c;
     int rc = run_stages(e, rows, n, 1, &c, err);
     if (rc)
         return rc;
@@ -624,6 +411,28 @@ int forward_cuda_sample(strata_engine *e, const fwd_row *rows, int n,
     memcpy(next, ce->h_next, (size_t)n * sizeof(int32_t));
     return 0;
 }
+
+const backend backend_cuda = {
+    .kind = STRATA_BACKEND_CUDA,
+    .name = "cuda",
+    .pins_host = 1, /* pageable memory copies at a fraction of the link's rate */
+    .available = cuda_backend_available,
+    .device_free = cuda_device_free,
+    .init = cuda_engine_init,
+    .free = cuda_engine_free,
+    .kv_allocator = cuda_kv_allocator,
+    .stagepool_hooks = cuda_stagepool_hooks,
+    .forward = forward_cuda,
+    .can_sample = cuda_can_sample,
+    .forward_sample = forward_cuda_sample,
+    .seq_sync = cuda_seq_sync_pages,
+    .seq_free = cuda_seq_free,
+    .host_block = cuda_host_block,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copier = cuda_copier,
+    .thread_fini = cuda_copy_thread_fini,
+};
 #else
 typedef int backend_cuda_is_empty_without_cuda;
 #endif

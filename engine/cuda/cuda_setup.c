@@ -10,7 +10,6 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/cuda/cuda_stage.h"
-#include "park/park.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "model/quant.h"
@@ -81,8 +80,7 @@ static int worker_init(int stage_index, void *ctx)
     int dev = e->stages[stage_index].device;
     if (cudaSetDevice(dev) != cudaSuccess)
         return strata_err(stagepool_stage_error(), STRATA_E_DEVICE, "cudaSetDevice(%d) failed", dev);
-    /* The worker's thread-local copy stream, made once for its whole life. */
-    return park_cuda_worker_init(dev, stagepool_stage_error());
+    return 0;
 }
 
 void cuda_stagepool_hooks(strata_engine *e, stagepool_hooks *h)

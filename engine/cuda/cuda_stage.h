@@ -40,6 +40,13 @@ typedef struct group_graph {
     cudaGraphExec_t exec;
 } group_graph;
 
+/* One forward call, as the stages see it. */
+typedef struct fwd_call {
+    int n, decode;     /* rows; decode: n sequences x 1 token, else 1 x n */
+    int n_seq, n_tok;
+    int first;         /* first row whose logits are wanted (n: none) */
+} fwd_call;
+
 /* One stage's card-side state. */
 typedef struct cuda_stage {
     int dev;
@@ -101,5 +108,11 @@ typedef struct cuda_engine {
 
 /* cudaMalloc with an error that says how much was asked and is free. */
 int cuda_dmalloc(void **p, size_t bytes, int dev, const char *what, strata_error *err);
+
+
+/* Queue every kernel of one stage for call c on the stage's compute stream
+ * (engine/cuda/forward_cuda.c; captured into a graph for decode steps). */
+int stage_forward_cuda(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_call *c,
+                       strata_error *err);
 
 #endif

@@ -1,13 +1,14 @@
-/* park_cuda.c: the CUDA side of parking — thread-local copy streams and
- * pinned host memory for the conversation cache.
+/* copy_cuda.c: the CUDA backend's copies between the KV pools and host
+ * memory — thread-local copy streams and pinned host memory, for parking
+ * conversations in the conversation cache (park/).
  *
  * Why thread-local streams: the stage pool runs every stage's copy body on
  * its own persistent worker, and each of them must copy on a stream nobody
  * else waits on (the engine's compute streams keep decoding; a shared
  * per-stage stream would serialise two bodies that share a card).  Each
  * thread keeps one non-blocking stream per device, created on first use
- * (or up front by park_cuda_worker_init), and destroyed when the thread
- * exits (a pthread key destructor) or by park_cuda_thread_fini.  Serial
+ * (park_new warms every stage pool worker's up front), and destroyed when the thread
+ * exits (a pthread key destructor) or by cuda_copy_thread_fini.  Serial
  * mode runs the bodies on the orchestration thread, which gets its own
  * streams the same way.
  *
@@ -20,13 +21,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "park/park.h"
+#include "engine/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 
-#define PARK_MAX_DEVICES 64
+#define COPY_MAX_DEVICES 64
 
 typedef struct thread_streams {
-    cudaStream_t s[PARK_MAX_DEVICES];
+    cudaStream_t s[COPY_MAX_DEVICES];
 } thread_streams;
 
 static _Thread_local thread_streams *tl_streams;
@@ -41,7 +42,7 @@ static void streams_destroy(void *v)
         return;
     int prev = -1;
     cudaGetDevice(&prev);
-    for (int d = 0; d < PARK_MAX_DEVICES; d++)
+    for (int d = 0; d < COPY_MAX_DEVICES; d++)
         if (ts->s[d]) {
             /* best effort at thread exit: nothing to report to */
             if (cudaSetDevice(d) == cudaSuccess)
@@ -60,8 +61,8 @@ static void streams_key_make(void)
 
 static int thread_stream(int dev, cudaStream_t *out, strata_error *err)
 {
-    if (dev < 0 || dev >= PARK_MAX_DEVICES)
-        return strata_err(err, STRATA_E_ARG, "park: device %d out of range", dev);
+    if (dev < 0 || dev >= COPY_MAX_DEVICES)
+        return strata_err(err, STRATA_E_ARG, "copy stream: device %d out of range", dev);
     if (!tl_streams) {
         pthread_once(&streams_once, streams_key_make);
         tl_streams = calloc(1, sizeof *tl_streams);
@@ -77,13 +78,7 @@ static int thread_stream(int dev, cudaStream_t *out, strata_error *err)
     return 0;
 }
 
-int park_cuda_worker_init(int dev, strata_error *err)
-{
-    cudaStream_t s;
-    return thread_stream(dev, &s, err);
-}
-
-void park_cuda_thread_fini(void)
+void cuda_copy_thread_fini(void)
 {
     if (!tl_streams)
         return;
@@ -113,8 +108,9 @@ static int cu_sync(void *ctx, strata_error *err)
     return 0;
 }
 
-int park_cuda_copier(int dev, park_copier *c, strata_error *err)
+int cuda_copier(const strata_engine *e, int stage, backend_copier *c, strata_error *err)
 {
+    int dev = e->stages[stage].device;
     cudaStream_t s;
     int rc = thread_stream(dev, &s, err);
     if (rc)
@@ -127,7 +123,7 @@ int park_cuda_copier(int dev, park_copier *c, strata_error *err)
 
 /* ---- pinned host memory -------------------------------------------------------- */
 
-/* Why the conversation cache pins ONE block (park_cuda_host_pin, at
+/* Why the conversation cache pins ONE block (cuda_host_block, at
  * park_new) and carves its parts out of it with cache/arena.c instead of
  * calling cudaHostAlloc per part: page-locking is far slower than copying.
  * cudaHostAlloc has the driver pin and map every page of the block for
@@ -137,12 +133,12 @@ int park_cuda_copier(int dev, park_copier *c, strata_error *err)
  * cache's whole byte budget once moves that cost to start-up, where it is
  * paid once; a capture then allocates in microseconds.  The speedup is
  * expected, not yet measured on a GPU (the `conversations` entry of
- * `make bench` will say).  Per-part cudaHostAlloc (park_cuda_host_allocator)
+ * `make bench` will say).  Per-part cudaHostAlloc (cuda_host_allocator)
  * stays as the fallback when the whole block cannot be pinned.
  *
  * Portable: pinned for every card, since each stage's card copies its own
  * part of the same image. */
-int park_cuda_host_pin(size_t bytes, void **out, strata_error *err)
+int cuda_host_block(size_t bytes, void **out, strata_error *err)
 {
     *out = NULL;
     cudaError_t ce = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
@@ -156,7 +152,7 @@ int park_cuda_host_pin(size_t bytes, void **out, strata_error *err)
 }
 
 /* Per part (the fallback): the same portable pinning, one call per part. */
-void *park_cuda_host_alloc(size_t bytes)
+void *cuda_host_alloc(size_t bytes)
 {
     void *p = NULL;
     if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
@@ -166,35 +162,18 @@ void *park_cuda_host_alloc(size_t bytes)
     return p;
 }
 
-void park_cuda_host_free(void *p)
+void cuda_host_free(void *p)
 {
     if (p && cudaFreeHost(p) != cudaSuccess)
         cudaGetLastError();
 }
 
-static void *host_alloc_cb(size_t bytes, void *ctx)
-{
-    (void)ctx;
-    return park_cuda_host_alloc(bytes);
-}
-
-static void host_free_cb(void *p, void *ctx)
-{
-    (void)ctx;
-    park_cuda_host_free(p);
-}
-
-convcache_allocator park_cuda_host_allocator(void)
-{
-    convcache_allocator a = {host_alloc_cb, host_free_cb, NULL};
-    return a;
-}
 /* ---- the copy's limit ------------------------------------------------------------- */
 
 /* One direction, bytes at a time, between a device buffer on dev and pinned
  * host memory, on this thread's copy stream: the best of `reps` timed runs
  * after one warm-up, in GB/s (1e9 bytes). */
-int park_cuda_bandwidth(int dev, size_t bytes, int to_host, int reps, double *gbps,
+int cuda_link_bandwidth(int dev, size_t bytes, int to_host, int reps, double *gbps,
                         strata_error *err)
 {
     cudaStream_t s;
@@ -243,5 +222,5 @@ int park_cuda_bandwidth(int dev, size_t bytes, int to_host, int reps, double *gb
     return rc;
 }
 #else
-typedef int park_cuda_is_empty_without_cuda;
+typedef int copy_cuda_is_empty_without_cuda;
 #endif

@@ -1,0 +1,310 @@
+/* forward_cuda.c: one stage's forward pass on its card, in the same blocks
+ * and under the same names as the CPU reference (engine/forward_cpu.c), so
+ * the two read side by side:
+ *
+ *   stage_forward   embed (first stage) -> for each layer: attention_block,
+ *                   then ffn_dense or ffn_moe -> head (last stage)
+ *
+ * Every kernel is queued on the stage's compute stream; for a decode step
+ * the whole stage is captured into a graph (backend_cuda.c, stage_run).
+ * Where the card differs from the CPU it is for speed, and each row still
+ * computes what it computes alone (the invariance rule):
+ *   - a norm is fused with the residual add before it (cuda_add_rmsnorm):
+ *     the attention block ends with x += attention; xb = ffn_norm(x), and a
+ *     dense FFN with x += ffn; xb = the next layer's attn_norm(x);
+ *   - q|k|v and gate|up may be one stacked matrix (made at upload);
+ *   - the MoE FFN over more than one row sorts the (token, expert) pairs by
+ *     expert and runs each expert matrix once for all of them (moe_grouped).
+ *
+ * Errors: a block queues its kernels one after another; each call's status
+ * goes into the run's sticky status (keep), which holds the first failure
+ * and its message (later calls write into a spare record), and the next
+ * block does not start after a failure. */
+#ifdef STRATA_CUDA
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/cuda/cuda_stage.h"
+#include "engine/trace.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "model/quant.h"
+
+/* One stage's run for one call. */
+typedef struct srun {
+    strata_engine *e;
+    const stage *st;
+    cuda_stage *cs;
+    const fwd_call *c;
+    const model_hparams *hp;
+    int normed;          /* xb already holds attn_norm(x) (fused into the last add) */
+    int rc;              /* the first failing call's status, 0 while all went well */
+    strata_error *err;   /* where the first failure's message goes */
+    strata_error spare;  /* where the messages of later failures go */
+} srun;
+
+static strata_error *err_of(srun *r) { return r->rc ? &r->spare : r->err; }
+
+static void keep(srun *r, int rc)
+{
+    if (!r->rc)
+        r->rc = rc;
+}
+
+/* y[n x rows] = x[n x cols] W^T on the stage's stream. */
+static void matmul(srun *r, const dweight *w, const float *x, int n, float *y)
+{
+    cuda_stage *cs = r->cs;
+    keep(r, cuda_matmul(w->type, w->d, w->rows, w->cols, x, n, y, cs->mm_scratch,
+                        cs->mm_scratch_bytes, cs->compute, err_of(r)));
+}
+
+/* STRATA_TRACE: copy the first row of a device vector back and print it
+ * (prompt chunks only: never inside a graph capture). */
+static void trace(srun *r, const char *what, int layer, const float *d, long n)
+{
+    if (!trace_on() || r->c->decode || r->rc)
+        return;
+    float *h = malloc((size_t)n * sizeof *h);
+    if (!h)
+        return;
+    cudaError_t ce = cudaStreamSynchronize(r->cs->compute);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(h, d, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess)
+        trace_vec(what, layer, h, n);
+    else
+        keep(r, strata_cuda_fail(err_of(r), ce, "trace copy", __FILE__, __LINE__));
+    free(h);
+}
+
+static void embed(srun *r)
+{
+    cuda_stage *cs = r->cs;
+    const int32_t *tokens = cs->d_in;
+    keep(r, cuda_embed(cs->tok_embd.type, cs->tok_embd.d, cs->tok_embd.rows, r->hp->n_embd, tokens,
+                       r->c->n, cs->x, cs->compute, err_of(r)));
+    trace(r, "embed", -1, cs->x, r->hp->n_embd);
+}
+
+/* Attention block of layer il for the call's rows: x += attention, and
+ * xb = ffn_norm(x) for the FFN after it. */
+static void attention_block(srun *r, int il)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    cuda_engine *ce = r->e->cuda;
+    const fwd_call *c = r->c;
+    const dlayer *d = &cs->layers[il - r->st->l0];
+    int n = c->n;
+    int64_t D = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
+    int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int32_t *tok_pos = cs->d_in + ce->max_rows, *seq_pos = cs->d_in + 2 * ce->max_rows;
+    const int32_t *pages = cs->d_in + 3 * ce->max_rows;
+    rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, cs->rope_freqs};
+    kv_view kv = kv_pool_view(r->st->kv, il - r->st->l0, pages);
+
+    if (!r->normed)
+        keep(r, cuda_rmsnorm(cs->x, d->attn_norm, cs->xb, n, D, hp->eps, cs->compute, err_of(r)));
+    r->normed = 0;
+    /* q, k, v: one stacked product (rows q|k|v per token) or three */
+    float *q = cs->q, *k = cs->k, *v = cs->v;
+    int64_t qs = dq, ks = dkv, vs = dkv;
+    if (d->wqkv.d) {
+        matmul(r, &d->wqkv, cs->xb, n, cs->q);
+        k = q + dq;
+        v = k + dkv;
+        qs = ks = vs = dq + 2 * dkv;
+    } else {
+        matmul(r, &d->wq, cs->xb, n, q);
+        matmul(r, &d->wk, cs->xb, n, k);
+        matmul(r, &d->wv, cs->xb, n, v);
+    }
+    trace(r, "attn_norm", il, cs->xb, D);
+    trace(r, "q", il, q, dq);
+    trace(r, "k", il, k, dkv);
+    trace(r, "v", il, v, dkv);
+    if (d->bq) {
+        keep(r, cuda_bias_add(q, d->bq, n, dq, qs, cs->compute, err_of(r)));
+        keep(r, cuda_bias_add(k, d->bk, n, dkv, ks, cs->compute, err_of(r)));
+        keep(r, cuda_bias_add(v, d->bv, n, dkv, vs, cs->compute, err_of(r)));
+    }
+    if (d->q_norm) {
+        keep(r, cuda_rmsnorm_heads(q, d->q_norm, n, hp->n_head, hp->head_dim, qs, hp->eps,
+                                   cs->compute, err_of(r)));
+        keep(r, cuda_rmsnorm_heads(k, d->k_norm, n, hp->n_head_kv, hp->head_dim, ks, hp->eps,
+                                   cs->compute, err_of(r)));
+    }
+    keep(r, cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim, tok_pos, &rp,
+                         cs->compute, err_of(r)));
+    /* Every row's K/V is stored first; a row at position p then reads
+     * positions 0..p, which is the causal mask within a chunk. */
+    keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
+                          cs->compute, err_of(r)));
+    keep(r, cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, q, qs,
+                           hp->n_head, 1.0f / sqrtf((float)hp->head_dim), cs->att, dq,
+                           cs->att_scratch, cs->att_scratch_bytes, cs->compute, err_of(r)));
+    trace(r, "q_rope", il, q, dq);
+    trace(r, "att", il, cs->att, dq);
+    matmul(r, &d->wo, cs->att, n, cs->xb);
+    /* x += attention; xb = ffn_norm(x) */
+    keep(r, cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
+                             err_of(r)));
+    trace(r, "h", il, cs->x, D);
+}
+
+/* Dense SwiGLU FFN on the normed rows in xb: x += FFN, and xb = the next
+ * layer's attn_norm(x) in the same launch when there is a next layer on this
+ * stage. */
+static void ffn_dense(srun *r, int il)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    const dlayer *d = &cs->layers[il - r->st->l0];
+    int n = r->c->n;
+    int64_t D = hp->n_embd;
+    if (d->gate_up.d) {
+        int64_t F = d->gate_up.rows / 2;
+        matmul(r, &d->gate_up, cs->xb, n, cs->hb);
+        keep(r, cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r)));
+        matmul(r, &d->down, cs->hb2, n, cs->xb);
+    } else {
+        int64_t F = d->gate.rows;
+        matmul(r, &d->gate, cs->xb, n, cs->hb);
+        matmul(r, &d->up, cs->xb, n, cs->hb2);
+        keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute, err_of(r)));
+        matmul(r, &d->down, cs->hb, n, cs->xb);
+    }
+    if (il + 1 < r->st->l1) {
+        keep(r, cuda_add_rmsnorm(cs->x, cs->xb, cs->layers[il + 1 - r->st->l0].attn_norm, cs->xb,
+                                 n, D, hp->eps, cs->compute, err_of(r)));
+        r->normed = 1;
+    } else {
+        keep(r, cuda_add(cs->x, cs->xb, (int64_t)n * D, cs->compute, err_of(r)));
+    }
+}
+
+/* One expert matrix product over the expert-sorted rows (moe_grouped). */
+static void grouped(srun *r, const dweight *w, const float *x, int n, float *y)
+{
+    cuda_stage *cs = r->cs;
+    keep(r, cuda_matmul_grouped(w->type, w->d, w->rows, w->cols, r->hp->n_expert, cs->moe_off, x,
+                                n, y, cs->mm_scratch, cs->mm_scratch_bytes, cs->compute,
+                                err_of(r)));
+}
+
+/* The experts over many rows: the n*k (token, slot) pairs sorted by
+ * expert, each expert's rows multiplied at once (three launches for all
+ * experts instead of three per pair), then combined back in slot order into
+ * att.  Each row's arithmetic is the matvec path's, bit for bit
+ * (cuda_matmul_grouped), so a token's output does not depend on the path.
+ * Buffers: xg (sorted inputs) in hb2; gate | up in hb; their SwiGLU in hb2;
+ * the down products in hb. */
+static void moe_grouped(srun *r, const dlayer *d, int n)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    int64_t D = hp->n_embd, F = d->gate_exps.rows;
+    int k = hp->n_expert_used, E = hp->n_expert, nk = n * k;
+    int32_t *rows = cs->moe_off + E + 1, *inv = rows + (size_t)cs->max_pairs;
+    float *xg = cs->hb2, *g = cs->hb, *u = cs->hb + (size_t)nk * F, *h = cs->hb2, *y = cs->hb;
+    keep(r, cuda_moe_group(cs->moe_sel, n, k, E, cs->moe_off, rows, inv, cs->compute, err_of(r)));
+    keep(r, cuda_moe_gather(cs->xb, n, k, D, rows, xg, cs->compute, err_of(r)));
+    grouped(r, &d->gate_exps, xg, nk, g);
+    grouped(r, &d->up_exps, xg, nk, u);
+    keep(r, cuda_swiglu(g, u, h, (int64_t)nk * F, cs->compute, err_of(r)));
+    grouped(r, &d->down_exps, h, nk, y);
+    keep(r, cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err_of(r)));
+}
+
+/* Per token and slot, the three expert matvecs with the expert id read on
+ * the card (graph-safe); slot (t, j) writes row t*k + j; combined into att. */
+static void moe_matvecs(srun *r, const dlayer *d, int n)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    int64_t D = hp->n_embd, F = d->gate_exps.rows;
+    int k = hp->n_expert_used;
+    for (int t = 0; t < n; t++) {
+        for (int j = 0; j < k; j++) {
+            const int32_t *sel = cs->moe_sel + t * k + j;
+            float *g = cs->hb + (size_t)(t * k + j) * F, *u = cs->hb2 + (size_t)(t * k + j) * F;
+            keep(r, cuda_matvec_expert(d->gate_exps.type, d->gate_exps.d, F, D, sel,
+                                       cs->xb + t * D, 1, g, cs->compute, err_of(r)));
+            keep(r, cuda_matvec_expert(d->up_exps.type, d->up_exps.d, F, D, sel, cs->xb + t * D,
+                                       1, u, cs->compute, err_of(r)));
+        }
+    }
+    keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * k * F, cs->compute, err_of(r)));
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++)
+            keep(r, cuda_matvec_expert(d->down_exps.type, d->down_exps.d, D, F,
+                                       cs->moe_sel + t * k + j, cs->hb + (size_t)(t * k + j) * F,
+                                       1, cs->hb2 + (size_t)(t * k + j) * D, cs->compute,
+                                       err_of(r)));
+    keep(r, cuda_moe_combine(cs->hb2, cs->moe_w, NULL, n, k, D, cs->att, cs->compute, err_of(r)));
+}
+
+/* MoE FFN on the normed rows in xb: route (softmax over the experts, top-k,
+ * renormalised weights, on the card), the chosen experts' SwiGLU outputs
+ * weighted into att, x += att. */
+static void ffn_moe(srun *r, int il)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    const dlayer *d = &cs->layers[il - r->st->l0];
+    int n = r->c->n;
+    matmul(r, &d->router, cs->xb, n, cs->att);
+    keep(r, cuda_moe_route(cs->att, n, hp->n_expert, hp->n_expert_used, cs->moe_sel, cs->moe_w,
+                           cs->compute, err_of(r)));
+    /* Past a decode step's few rows: one grouped product per expert matrix
+     * (F32 experts, test models only, keep the matvecs). */
+    if (n > MOE_GROUPED_MIN_ROWS && d->gate_exps.type != GGML_TYPE_F32 &&
+        d->up_exps.type != GGML_TYPE_F32 && d->down_exps.type != GGML_TYPE_F32 &&
+        !((cuda_engine *)r->e->cuda)->no_grouped)
+        moe_grouped(r, d, n);
+    else
+        moe_matvecs(r, d, n);
+    keep(r, cuda_add(cs->x, cs->att, (int64_t)n * hp->n_embd, cs->compute, err_of(r)));
+}
+
+/* The output norm and head for the rows that want logits: a prompt chunk
+ * usually needs its last row's only (rows from c->first on). */
+static void head(srun *r)
+{
+    const model_hparams *hp = r->hp;
+    cuda_stage *cs = r->cs;
+    int64_t D = hp->n_embd;
+    int first = r->c->first, rows = r->c->n - first;
+    if (rows <= 0)
+        return;
+    keep(r, cuda_rmsnorm(cs->x + (size_t)first * D, cs->output_norm, cs->xb, rows, D, hp->eps,
+                         cs->compute, err_of(r)));
+    matmul(r, &cs->output, cs->xb, rows, cs->logits);
+    for (int i = 0; i < rows && trace_on(); i++)
+        trace(r, "logits", first + i, cs->logits + (size_t)i * hp->n_vocab, hp->n_vocab);
+}
+
+int stage_forward_cuda(strata_engine *e, const stage *st, cuda_stage *cs, const fwd_call *c,
+                       strata_error *err)
+{
+    srun r = {.e = e, .st = st, .cs = cs, .c = c, .hp = &e->m->hp, .err = err};
+    if (st->index == 0)
+        embed(&r);
+    for (int il = st->l0; il < st->l1 && !r.rc; il++) {
+        attention_block(&r, il);
+        if (r.rc)
+            break;
+        if (r.hp->n_expert)
+            ffn_moe(&r, il);
+        else
+            ffn_dense(&r, il);
+        trace(&r, "out", il, cs->x, r.hp->n_embd);
+    }
+    if (!r.rc && st->index == e->n_stages - 1)
+        head(&r);
+    return r.rc;
+}
+#else
+typedef int forward_cuda_is_empty_without_cuda;
+#endif
