@@ -2,6 +2,7 @@
 #
 #   make               build build/strata-cli and build/libstrata.a
 #   make test          build and run every libcheck suite (GPU ones skip without a GPU)
+#   make layers        check that every #include between folders points down
 #   make asan          the tests under AddressSanitizer + UBSan (CPU build)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          run the GGUF reader fuzz target for FUZZ_SECONDS (default 60)
@@ -74,7 +75,7 @@ else
   CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 endif
 
-.PHONY: all test asan tsan fuzz model chat bench clean help
+.PHONY: all test layers asan tsan fuzz model chat bench clean help
 all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
 
 # A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
@@ -108,8 +109,12 @@ $(BUILD)/strata-tests: $(TEST_OBJ) $(BUILD)/libstrata.a
 
 # The suites run in one runner so the output ends with Check's summary line.
 # STRATA_CLI lets the end-to-end suites drive the real binary.
-test: $(BUILD)/strata-tests $(BUILD)/strata-cli
+test: layers $(BUILD)/strata-tests $(BUILD)/strata-cli
 	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests
+
+# Every #include between folders points down (doc/README.md, the floors).
+layers:
+	@scripts/check-layers.sh
 
 asan:
 	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
