@@ -154,6 +154,63 @@ START_TEST(matvec_expert_by_pointer)
 }
 END_TEST
 
+/* MoE decode in one launch: every (token, expert) pair of cuda_matvec_experts
+ * equals cuda_matvec_expert of that pair alone, bit for bit, with the
+ * token rows shared by k pairs (x_div = k, gate/up) or one row per pair
+ * (x_div = 1, down). */
+START_TEST(matvec_experts_equal_one_by_one)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    const int64_t rows = 96, cols = 512;
+    const int ne = 5, k = 3, ntok = 2, pairs = ntok * k;
+    const int32_t sel[6] = {4, 0, 2, 2, 3, 1};
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        const size_t eb = cuda_weight_bytes(type, rows, cols);
+        uint8_t *dw = NULL;
+        ck_assert(cudaMalloc((void **)&dw, ne * eb) == cudaSuccess);
+        strata_error err = {0};
+        for (int e = 0; e < ne; e++) {
+            uint8_t *w = cw_random_weights(type, rows, cols, 700 + 10 * ti + e);
+            ck_assert(cuda_weight_upload(type, rows, cols, w, dw + e * eb, 0, &err) == 0);
+            free(w);
+        }
+        for (int x_div = 1; x_div <= k; x_div += k - 1) {
+            const int nx = (pairs + x_div - 1) / x_div;
+            float *x = malloc((size_t)nx * cols * sizeof *x);
+            float *y = malloc((size_t)pairs * rows * sizeof *y);
+            float *one = malloc((size_t)rows * sizeof *one);
+            test_fill_normal(x, (size_t)nx * cols, 1.0f, 40 + x_div);
+            int32_t *dsel = cw_dev_copy(sel, sizeof sel);
+            float *dx = cw_dev_copy(x, (size_t)nx * cols * sizeof *x), *dy = NULL, *d1 = NULL;
+            ck_assert(cudaMalloc((void **)&dy, (size_t)pairs * rows * sizeof(float)) == cudaSuccess);
+            ck_assert(cudaMalloc((void **)&d1, (size_t)rows * sizeof(float)) == cudaSuccess);
+            cw_poison(dy, (size_t)pairs * rows);
+            ck_assert_msg(cuda_matvec_experts(type, dw, rows, cols, dsel, pairs, x_div, dx, dy, 0,
+                                              &err) == 0, "%s", err.msg);
+            cw_fetch(y, dy, (size_t)pairs * rows);
+            for (int p = 0; p < pairs; p++) {
+                ck_assert(cuda_matvec_expert(type, dw, rows, cols, dsel + p, dx + (size_t)(p / x_div) * cols,
+                                             1, d1, 0, &err) == 0);
+                cw_fetch(one, d1, (size_t)rows);
+                ck_assert_msg(memcmp(one, y + (size_t)p * rows, (size_t)rows * sizeof *one) == 0,
+                              "%s pair %d (x_div %d) differs from its own launch", type_name(type), p, x_div);
+            }
+            cudaFree(dsel);
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaFree(d1);
+            free(x);
+            free(y);
+            free(one);
+        }
+        cudaFree(dw);
+    }
+}
+END_TEST
+
 /* cuda_embed returns exactly cpu_embed's row; a bad id gives NaN. */
 START_TEST(embed_matches_cpu)
 {
@@ -216,6 +273,8 @@ START_TEST(matvec_batch_invariant) { TEST_SKIP("built without CUDA"); }
 END_TEST
 START_TEST(matvec_expert_by_pointer) { TEST_SKIP("built without CUDA"); }
 END_TEST
+START_TEST(matvec_experts_equal_one_by_one) { TEST_SKIP("built without CUDA"); }
+END_TEST
 START_TEST(embed_matches_cpu) { TEST_SKIP("built without CUDA"); }
 END_TEST
 START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("built without CUDA"); }
@@ -231,6 +290,7 @@ static Suite *cuda_matvec_suite(void)
     tcase_add_test(tc, matvec_matches_reference);
     tcase_add_test(tc, matvec_batch_invariant);
     tcase_add_test(tc, matvec_expert_by_pointer);
+    tcase_add_test(tc, matvec_experts_equal_one_by_one);
     tcase_add_test(tc, embed_matches_cpu);
     tcase_add_test(tc, matvec_rejects_bad_arguments);
     suite_add_tcase(s, tc);

@@ -217,31 +217,24 @@ static void moe_grouped(srun *r, const dlayer *d, int n)
     keep(r, cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err_of(r)));
 }
 
-/* Per token and slot, the three expert matvecs with the expert id read on
- * the card (graph-safe); slot (t, j) writes row t*k + j; combined into att. */
+/* The experts of a few rows (a batch-1 decode step): every (token, slot)
+ * pair of a matrix in one launch, the expert ids read on the card
+ * (graph-safe); pair (t, j) writes row t*k + j; combined into att.  Three
+ * launches a layer instead of three per pair: at batch 1 the 24 small
+ * matvecs of a top-8 layer were launch latency, not bytes. */
 static void moe_matvecs(srun *r, const dlayer *d, int n)
 {
     const model_hparams *hp = r->hp;
     cuda_stage *cs = r->cs;
     int64_t D = hp->n_embd, F = d->gate_exps.rows;
-    int k = hp->n_expert_used;
-    for (int t = 0; t < n; t++) {
-        for (int j = 0; j < k; j++) {
-            const int32_t *sel = cs->moe_sel + t * k + j;
-            float *g = cs->hb + (size_t)(t * k + j) * F, *u = cs->hb2 + (size_t)(t * k + j) * F;
-            keep(r, cuda_matvec_expert(d->gate_exps.type, d->gate_exps.d, F, D, sel,
-                                       cs->xb + t * D, 1, g, cs->compute, err_of(r)));
-            keep(r, cuda_matvec_expert(d->up_exps.type, d->up_exps.d, F, D, sel, cs->xb + t * D,
-                                       1, u, cs->compute, err_of(r)));
-        }
-    }
-    keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * k * F, cs->compute, err_of(r)));
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++)
-            keep(r, cuda_matvec_expert(d->down_exps.type, d->down_exps.d, D, F,
-                                       cs->moe_sel + t * k + j, cs->hb + (size_t)(t * k + j) * F,
-                                       1, cs->hb2 + (size_t)(t * k + j) * D, cs->compute,
-                                       err_of(r)));
+    int k = hp->n_expert_used, pairs = n * k;
+    keep(r, cuda_matvec_experts(d->gate_exps.type, d->gate_exps.d, F, D, cs->moe_sel, pairs, k,
+                                cs->xb, cs->hb, cs->compute, err_of(r)));
+    keep(r, cuda_matvec_experts(d->up_exps.type, d->up_exps.d, F, D, cs->moe_sel, pairs, k,
+                                cs->xb, cs->hb2, cs->compute, err_of(r)));
+    keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)pairs * F, cs->compute, err_of(r)));
+    keep(r, cuda_matvec_experts(d->down_exps.type, d->down_exps.d, D, F, cs->moe_sel, pairs, 1,
+                                cs->hb, cs->hb2, cs->compute, err_of(r)));
     keep(r, cuda_moe_combine(cs->hb2, cs->moe_w, NULL, n, k, D, cs->att, cs->compute, err_of(r)));
 }
 

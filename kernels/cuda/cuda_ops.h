@@ -81,6 +81,15 @@ int cuda_matvec(int type, const void *w, int64_t rows, int64_t cols,
 int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t cols,
                        const int32_t *expert, const float *x, int n, float *y,
                        cudaStream_t stream, strata_error *err);
+/* MoE decode, every (token, expert) pair of a matrix in one launch: pair p
+ * multiplies expert experts[p] (device array) by x row p / x_div (x_div = k
+ * for gate and up, whose k pairs share their token's row; 1 for down) into
+ * y row p.  Each pair's output is bitwise cuda_matvec_expert's with n = 1:
+ * the launch only puts the pairs side by side (grid z), so the card
+ * streams all the experts at once instead of one small matrix per launch. */
+int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols,
+                        const int32_t *experts, int pairs, int x_div, const float *x, float *y,
+                        cudaStream_t stream, strata_error *err);
 
 /* Prefill and batches: y[n x rows] = x[n x cols] * W^T for any n >= 1, on
  * the tensor cores.  scratch: device memory of at least

@@ -35,8 +35,9 @@ using namespace wt;
 
 struct MvArgs {
     Wsrc ws;
-    const int32_t *expert;
+    const int32_t *expert; /* NULL, or one expert id per blockIdx.z (a pair) */
     size_t expert_bytes;
+    int x_div;             /* pair z reads x row z / x_div and writes y row z */
     Plan p;
     MvLayout l;
     const float *x; /* [n][cols] */
@@ -53,9 +54,14 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
     const int seg = blockIdx.y;
     Wsrc ws = a.ws;
     pdl_trigger(); /* our successor may set up while we run (pdl.cuh) */
+    const float *ax = a.x;
+    float *ay = a.y;
     if (a.expert) { /* the expert id comes from the predecessor */
         pdl_wait();
-        ws.w += (size_t)__ldg(a.expert) * a.expert_bytes;
+        const int z = blockIdx.z; /* this block's (expert, token) pair */
+        ws.w += (size_t)__ldg(a.expert + z) * a.expert_bytes;
+        ax += (size_t)(z / a.x_div) * ws.cols;
+        ay += (size_t)z * ws.rows;
     }
     const int t0 = seg * a.p.tps, t1 = min(a.p.ntk, t0 + a.p.tps);
     const int kb = t0 * gm.kt, klen = (t1 - t0) * gm.kt;
@@ -83,7 +89,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
             const int c = grp / nb, b = grp - c * nb, k = kb + b * gm.xb;
             int8_t *dst = xq + c * a.l.xstride + b * gm.xb;
             if (c < n) {
-                quant_block<gm.xb>(a.x + (size_t)c * cols + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
+                quant_block<gm.xb>(ax + (size_t)c * cols + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
                                    xs + b * MV_COLS + c, lane);
             } else {
                 for (int e = lane; e < gm.xb; e += 32)
@@ -99,7 +105,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         __half *xh = (__half *)(smem + a.l.off_xq);
         for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
             const int c = i / klen, k = i - c * klen;
-            const float v = (c < n && kb + k < cols) ? a.x[(size_t)c * cols + kb + k] : 0.f;
+            const float v = (c < n && kb + k < cols) ? ax[(size_t)c * cols + kb + k] : 0.f;
             xh[c * a.l.xstride + k] = __float2half_rn(v);
         }
         act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
@@ -118,7 +124,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
             for (int i = 0; i < 4; ++i) {
                 const int row = R * 16 + g + 8 * (i >> 1), col = 2 * t + (i & 1);
                 if (R < a.p.mt && row < rows && col < n)
-                    a.y[(size_t)col * rows + row] = 0.f + acc[0][i]; /* = ((0 + s0)) as in prefill */
+                    ay[(size_t)col * rows + row] = 0.f + acc[0][i]; /* = ((0 + s0)) as in prefill */
             }
         } else {
 #if __CUDA_ARCH__ >= 900
@@ -139,7 +145,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
                     float v = 0.f;
                     for (int s = 0; s < a.p.nseg; ++s)
                         v += cluster.map_shared_rank(pb, s)[c * BLOCK_ROWS + rl];
-                    a.y[(size_t)c * rows + row] = v;
+                    ay[(size_t)c * rows + row] = v;
                 }
             }
 #endif
@@ -152,7 +158,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
 }
 
 template <int TYPE>
-static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
+static int mv_launch(const MvArgs &a, int pairs, cudaStream_t stream, strata_error *err)
 {
     void (*kern)(const MvArgs) = matvec_kernel<TYPE>;
     const size_t smem = (size_t)a.l.bytes;
@@ -174,7 +180,7 @@ static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
         attr[na].val.clusterDim.y = (unsigned)a.p.nseg;
         attr[na++].val.clusterDim.z = 1;
     }
-    cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, 1);
+    cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, (unsigned)pairs);
     cfg.blockDim = dim3(MV_THREADS, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -185,17 +191,26 @@ static int mv_launch(const MvArgs &a, cudaStream_t stream, strata_error *err)
     return 0;
 }
 
-extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t cols, const int32_t *expert,
-                                  const float *x, int n, float *y, cudaStream_t stream, strata_error *err)
+/* The common launch: `pairs` blocks deep in z, pair z multiplying expert
+ * expert[z] (when expert is set) by x row z / x_div into y row z; n tokens
+ * per pair (pairs > 1: n = 1). */
+static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int32_t *expert, int pairs,
+                  int x_div, const float *x, int n, float *y, cudaStream_t stream, strata_error *err)
 {
-    if (!w || !x || !y || n < 1 || n > MV_COLS)
-        return strata_err(err, STRATA_E_ARG, "cuda_matvec: bad arguments (n = %d, 1..8)", n);
     const size_t wbytes = cuda_weight_bytes(type, rows, cols);
     if (!wbytes)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %s %lld x %lld not supported", type_name(type),
                           (long long)rows, (long long)cols);
-    if (type == GGML_TYPE_F32)
-        return f32_matmul((const float *)w, expert, wbytes, rows, cols, x, n, y, stream, err);
+    if (type == GGML_TYPE_F32) {
+        /* test models only: one launch per pair */
+        for (int z = 0; z < pairs; z++) {
+            int rc = f32_matmul((const float *)w, expert ? expert + z : NULL, wbytes, rows, cols,
+                                x + (size_t)(z / x_div) * cols, n, y + (size_t)z * rows, stream, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
     Plan p;
     if (plan_make(type, rows, cols, &p))
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %lld columns (at most %d)", (long long)cols,
@@ -213,6 +228,7 @@ extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t
     a.ws = Wsrc{(const uint8_t *)w, (int)rows, (int)cols, p.ntk};
     a.expert = expert;
     a.expert_bytes = wbytes;
+    a.x_div = x_div;
     a.p = p;
     a.l = mv_layout(type, p);
     a.x = x;
@@ -220,13 +236,31 @@ extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t
     a.n = n;
     a.nrb = (p.mt + MV_WARPS - 1) / MV_WARPS;
     switch (type) {
-    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, stream, err);
-    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, stream, err);
-    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, stream, err);
-    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, stream, err);
-    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, stream, err);
+    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, pairs, stream, err);
+    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, pairs, stream, err);
+    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, pairs, stream, err);
+    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, pairs, stream, err);
+    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, pairs, stream, err);
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: type %s", type_name(type));
     }
+}
+
+extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t cols, const int32_t *expert,
+                                  const float *x, int n, float *y, cudaStream_t stream, strata_error *err)
+{
+    if (!w || !x || !y || n < 1 || n > MV_COLS)
+        return strata_err(err, STRATA_E_ARG, "cuda_matvec: bad arguments (n = %d, 1..8)", n);
+    return mv_run(type, w, rows, cols, expert, 1, 1, x, n, y, stream, err);
+}
+
+extern "C" int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
+                                   int pairs, int x_div, const float *x, float *y, cudaStream_t stream,
+                                   strata_error *err)
+{
+    if (!w || !experts || !x || !y || pairs < 1 || pairs > 65535 || x_div < 1)
+        return strata_err(err, STRATA_E_ARG, "cuda_matvec_experts: bad arguments (%d pairs, x_div %d)", pairs,
+                          x_div);
+    return mv_run(type, w, rows, cols, experts, pairs, x_div, x, 1, y, stream, err);
 }
 
 extern "C" int cuda_matvec(int type, const void *w, int64_t rows, int64_t cols, const float *x, int n, float *y,
