@@ -14,8 +14,12 @@
  * pairs, so 128 holds every pair of a few batch sizes at once. */
 #define GROUP_GRAPHS 128
 /* MoE: calls of more rows than this run the experts as grouped matrix
- * products (backend_cuda.c, moe_grouped), fewer as one matvec per pair. */
-#define MOE_GROUPED_MIN_ROWS 1
+ * products (forward_cuda.c, moe_grouped), up to this many as one launch of
+ * all (token, expert) pairs per matrix (moe_matvecs).  Measured on the H200,
+ * 48-layer 30B-A3B-shaped IQ3_XXS decode, grouped vs pairs: batch 2 244.7 vs
+ * 346.8 tok/s, batch 4 336.3 vs 485.1, batch 8 485.1 vs 627.9; a 512-token
+ * prompt needs the grouped products (doc/BENCHMARKS.md). */
+#define MOE_GROUPED_MIN_ROWS 8
 
 typedef struct dweight {
     void *d;

@@ -250,8 +250,8 @@ static void ffn_moe(srun *r, int il)
     matmul(r, &d->router, cs->xb, n, cs->att);
     keep(r, cuda_moe_route(cs->att, n, hp->n_expert, hp->n_expert_used, cs->moe_sel, cs->moe_w,
                            cs->compute, err_of(r)));
-    /* Past a decode step's few rows: one grouped product per expert matrix
-     * (F32 experts, test models only, keep the matvecs). */
+    /* Past a decode batch's rows (a prompt chunk): one grouped product per
+     * expert matrix (F32 experts, test models only, keep the pairs). */
     if (n > MOE_GROUPED_MIN_ROWS && d->gate_exps.type != GGML_TYPE_F32 &&
         d->up_exps.type != GGML_TYPE_F32 && d->down_exps.type != GGML_TYPE_F32 &&
         !((cuda_engine *)r->e->cuda)->no_grouped)
