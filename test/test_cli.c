@@ -153,6 +153,43 @@ START_TEST(test_bench_moe_counts_read_experts)
 }
 END_TEST
 
+/* bench --clients: the greedy answers of the one-at-a-time and slots runs
+ * agree (the bench fails otherwise), --answers writes them, and a layer
+ * split with batch groups gives the same file as one stage. */
+START_TEST(test_bench_clients_answers)
+{
+    NEED_CLI();
+    const char *model = test_tiny_llama("answers", 300, 11);
+    const char *dir = test_tmpdir();
+    char one[512], split[512], *out = NULL;
+    snprintf(one, sizeof one, "%s/answers-one.txt", dir);
+    snprintf(split, sizeof split, "%s/answers-split.txt", dir);
+    int rc = test_runf(&out, "'%s' bench --clients 3 --rounds 2 --prompt-tokens 6 --gen-tokens 5 "
+                             "-m '%s' --backend cpu -t 1 --answers '%s' 2>&1", cli, model, one);
+    ck_assert_msg(rc == 0, "%s", out);
+    free(out);
+    rc = test_runf(&out, "'%s' bench --clients 4 --rounds 2 --prompt-tokens 6 --gen-tokens 5 "
+                         "-m '%s' --backend cpu -t 1 --layer-split 2 --batch 4 --batch-groups 2 "
+                         "--answers '%s' 2>&1", cli, model, split);
+    ck_assert_msg(rc == 0, "%s", out);
+    free(out);
+    char *a = NULL, *b = NULL;
+    ck_assert(test_runf(&a, "cat '%s'", one) == 0);
+    ck_assert(test_runf(&b, "head -n 6 '%s'", split) == 0);
+    int lines = 0;
+    for (const char *p = a; *p; p++)
+        lines += *p == '\n';
+    ck_assert_msg(lines == 6, "%d lines:\n%s", lines, a);
+    ck_assert_msg(strncmp(a, "0 0: ", 5) == 0, "%s", a);
+    /* clients 0..2 ask the same prompts in both runs */
+    ck_assert_msg(strcmp(a, b) == 0, "one stage:\n%s\nsplit:\n%s", a, b);
+    free(a);
+    free(b);
+    remove(one);
+    remove(split);
+}
+END_TEST
+
 START_TEST(test_perplexity_short_text)
 {
     NEED_CLI();
@@ -379,6 +416,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_bench_modes);
     tcase_add_test(tc, test_bench_moe_counts_read_experts);
+    tcase_add_test(tc, test_bench_clients_answers);
     tcase_add_test(tc, test_perplexity_short_text);
     tcase_add_test(tc, test_run_deterministic);
     tcase_add_test(tc, test_chat_pipe);

@@ -36,6 +36,7 @@
 typedef struct bc_conf {
     int clients, rounds, prompt_tokens, gen_tokens, json;
     int grow;               /* rounds are one growing conversation */
+    const char *answers;    /* --answers FILE: write every answer's ids there */
 } bc_conf;
 
 typedef struct bc_client {
@@ -45,6 +46,7 @@ typedef struct bc_client {
     int n_vocab;
     const tokenizer *tok;
     sched_result *res;      /* rounds results */
+    int32_t *ids;           /* rounds x gen_tokens: the answers */
     int rc;
     strata_error err;
 } bc_client;
@@ -57,6 +59,7 @@ typedef struct bc_mode {
     int no_reuse;           /* the scheduler's resident reuse off: a follow-up
                              * is re-read or restored, never found in its slot */
     int n_req, n_gen;
+    int32_t *ids;           /* clients x rounds x gen_tokens: every answer, greedy */
     double wall;
     double ttft_med, ttft_p90, tps_med, tps_p10, total_tps;
     /* follow-up rounds (r >= 1) of growing conversations */
@@ -118,10 +121,17 @@ static void *bc_client_main(void *arg)
         if (cl->rc)
             break;
         cl->rc = sched_wait(h, &cl->res[r]);
-        if (cl->rc)
+        int32_t *ans = cl->ids + (size_t)r * c->gen_tokens;
+        if (cl->rc) {
             cl->err = cl->res[r].err;
-        else if (c->grow)
-            n = bc_take_answer(h, conv, n, cap);
+        } else if (bc_take_answer(h, ans, 0, c->gen_tokens) != c->gen_tokens) {
+            cl->rc = strata_err(&cl->err, STRATA_E_LIMIT, "client %d round %d: %d tokens "
+                                "generated, %d asked", cl->index, r, cl->res[r].n_gen,
+                                c->gen_tokens);
+        } else if (c->grow) {
+            memcpy(conv + n, ans, (size_t)c->gen_tokens * sizeof *ans);
+            n += c->gen_tokens;
+        }
         sched_handle_free(h);
     }
     free(conv);
@@ -192,7 +202,7 @@ static int bc_run_mode(strata_engine *e, const bc_conf *c, bc_mode *m, strata_er
     int started = 0;
     for (int i = 0; i < c->clients; i++) {
         cl[i] = (bc_client){s, c, i, strata_n_vocab(e), strata_tokenizer(e), res + i * c->rounds,
-                            0, {0}};
+                            m->ids + (size_t)i * c->rounds * c->gen_tokens, 0, {0}};
         if (pthread_create(&th[i], NULL, bc_client_main, &cl[i])) {
             rc = strata_err(err, STRATA_E_NOMEM, "cannot start client thread %d", i);
             break;
@@ -250,6 +260,50 @@ static void bc_print_follow_ups(const bc_mode *modes)
                modes[0].f_ttft_med / modes[1].f_ttft_med);
 }
 
+/* Greedy answers do not depend on how requests share the slots, nor on
+ * whether a history was restored or re-read (the invariance rule): the
+ * two modes must agree token for token.  0, or -1 with the first
+ * difference printed. */
+static int bc_same_answers(const bc_conf *c, const bc_mode *modes)
+{
+    size_t per = (size_t)c->rounds * c->gen_tokens;
+    for (int i = 0; i < c->clients; i++)
+        for (size_t j = 0; j < per; j++)
+            if (modes[0].ids[i * per + j] != modes[1].ids[i * per + j]) {
+                fprintf(stderr, "strata-cli bench: the answers differ between '%s' and '%s': "
+                                "client %d, round %zu, token %zu (%d vs %d)\n", modes[0].name,
+                        modes[1].name, i, j / c->gen_tokens, j % c->gen_tokens,
+                        modes[0].ids[i * per + j], modes[1].ids[i * per + j]);
+                return -1;
+            }
+    return 0;
+}
+
+/* --answers FILE: one line per request, "client round: id id ...", so two
+ * runs (one card against several, serial against parallel copies) can be
+ * compared by checksum. */
+static int bc_write_answers(const bc_conf *c, const int32_t *ids)
+{
+    FILE *f = fopen(c->answers, "w");
+    if (!f) {
+        fprintf(stderr, "strata-cli bench: --answers %s: cannot write it\n", c->answers);
+        return -1;
+    }
+    for (int i = 0; i < c->clients; i++)
+        for (int r = 0; r < c->rounds; r++) {
+            fprintf(f, "%d %d:", i, r);
+            const int32_t *a = ids + ((size_t)i * c->rounds + r) * c->gen_tokens;
+            for (int j = 0; j < c->gen_tokens; j++)
+                fprintf(f, " %d", a[j]);
+            fputc('\n', f);
+        }
+    if (fclose(f)) {
+        fprintf(stderr, "strata-cli bench: --answers %s: write failed\n", c->answers);
+        return -1;
+    }
+    return 0;
+}
+
 static void bc_usage(FILE *f)
 {
     fprintf(f, "usage: strata-cli bench --clients C [--rounds R] [--prompt-tokens P]\n"
@@ -261,7 +315,10 @@ static void bc_usage(FILE *f)
                "With --conversation-cache-mib M (and -slots K) each client's rounds are one\n"
                "growing conversation (round r = round r-1's prompt + answer + P new tokens),\n"
                "run with the cache off and on; the time to first token of the follow-up\n"
-               "rounds compares restoring the history with re-reading it.\n\n");
+               "rounds compares restoring the history with re-reading it.\n\n"
+               "The answers are greedy, so both runs must give the same tokens: the bench\n"
+               "fails if they differ.  --answers FILE writes them (one line per request:\n"
+               "\"client round: ids\") to compare runs, e.g. one card against several.\n\n");
     cli_opts_help(f);
 }
 
@@ -299,6 +356,14 @@ int bench_clients(int argc, char **argv)
             bad = bc_int(a, v, 1, &c.prompt_tokens), i++;
         else if (!strcmp(a, "--gen-tokens"))
             bad = bc_int(a, v, 1, &c.gen_tokens), i++;
+        else if (!strcmp(a, "--answers")) {
+            if (!v) {
+                fprintf(stderr, "strata-cli bench: --answers needs a file name\n");
+                return 2;
+            }
+            c.answers = v;
+            i++;
+        }
         else {
             int r = cli_opts_parse(&o, "bench", argc, argv, &i);
             if (r < 0)
@@ -347,16 +412,25 @@ int bench_clients(int argc, char **argv)
                              .no_reuse = 1};
     }
     int rc = 0;
+    size_t n_ids = (size_t)c.clients * c.rounds * c.gen_tokens;
     for (int k = 0; k < 2 && !rc; k++) {
+        modes[k].ids = calloc(n_ids, sizeof *modes[k].ids);
+        if (!modes[k].ids) {
+            rc = strata_err(&err, STRATA_E_NOMEM, "out of memory for %zu answer tokens", n_ids);
+            break;
+        }
         fprintf(stderr, "strata: bench %s: %d clients x %d rounds, %d prompt + %d generated tokens\n",
                 modes[k].name, c.clients, c.rounds, c.prompt_tokens, c.gen_tokens);
         rc = bc_run_mode(e, &c, &modes[k], &err);
     }
     strata_close(e);
-    if (rc) {
+    int bad = rc || bc_same_answers(&c, modes) || (c.answers && bc_write_answers(&c, modes[1].ids));
+    free(modes[0].ids);
+    free(modes[1].ids);
+    if (rc)
         fprintf(stderr, "strata-cli bench: %s\n", err.msg);
+    if (bad)
         return 1;
-    }
     if (c.json) {
         printf("{\"clients\": %d, \"rounds\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
                "\"growing\": %d, \"modes\": [", c.clients, c.rounds, c.prompt_tokens,
