@@ -164,6 +164,18 @@ int strata_decode_batch(strata_seq **seqs, const int32_t *tokens, int n, float *
     return rc;
 }
 
+/* STRATA_SAMPLE_ON_HOST=1: a debugging switch, every decode step copies
+ * its logits back and samples on the host (read once). */
+static int sample_on_host(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("STRATA_SAMPLE_ON_HOST");
+        v = s && *s && strcmp(s, "0") != 0;
+    }
+    return v;
+}
+
 int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n, sampler **smp,
                                int32_t *next, strata_error *err)
 {
@@ -172,7 +184,7 @@ int strata_decode_batch_sample(strata_seq **seqs, const int32_t *tokens, int n, 
     strata_engine *e = seqs[0]->e;
     /* Sampled where the logits are when every row's parameters allow it
      * (on a card: no copy of n x vocab logits back), else on the host. */
-    int on_card = 1;
+    int on_card = !sample_on_host();
     for (int i = 0; i < n && on_card; i++)
         on_card = e->be->can_sample(&smp[i]->p);
     fwd_row rows[n];
