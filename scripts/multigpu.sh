@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/strata-multigpu}"
 BUILD="${BUILD:-/tmp/strata-build}"
 MODELS="${MODELS:-/tmp/strata-models}"
-mkdir -p "$OUT" "$MODELS"
+mkdir -p "$OUT/answers" "$MODELS"
 export NCCL_NVLS_ENABLE=0
 CARDS=$(nvidia-smi -L 2>/dev/null | wc -l)
 NGPU="${NGPU:-$CARDS}"
@@ -51,7 +51,7 @@ if ! pkg-config --exists check 2>/dev/null && ls .deps/*.deb >/dev/null 2>&1; th
 fi
 make -j"$(nproc)" "${args[@]}" all >"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
 CLI="$BUILD/strata-cli"
-git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' | tee -a "$OUT/summary.txt"
+echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)} (set COMMIT= when the copy's .git is not the tree's)" | tee -a "$OUT/summary.txt"
 
 # Layer splits: N equal parts of L layers ("13,26,38" for 48 over 4 is the seed's).
 split_of() { # layers, parts
@@ -92,26 +92,26 @@ fail=0
 
 # 1. correctness
 clients="--clients 8 --rounds 2 --prompt-tokens 200 --gen-tokens 48 -m $MODELS/dense.gguf --backend cuda"
-step answers-1card "$CLI" bench $clients --batch 8 --answers "$OUT/answers-1card.txt" || fail=1
-want=$(sha256sum < "$OUT/answers-1card.txt" | cut -d' ' -f1)
+step answers-1card "$CLI" bench $clients --batch 8 --answers "$OUT/answers/1card.ids" || fail=1
+want=$(sha256sum < "$OUT/answers/1card.ids" | cut -d' ' -f1)
 for par in 0 1; do
     if [ "$NGPU" -gt 1 ]; then
         STRATA_STAGE_COPY_PARALLEL=$par step "answers-split-par$par" "$CLI" bench $clients --batch 8 \
             --batch-groups "$NGPU" --layer-split "$dsplit" --devices "$devs" \
-            --answers "$OUT/answers-split-par$par.txt" || fail=1
+            --answers "$OUT/answers/split-par$par.ids" || fail=1
         STRATA_STAGE_COPY_PARALLEL=$par step "answers-parked-par$par" "$CLI" bench $clients --batch 8 \
             --layer-split "$dsplit" --devices "$devs" --conversation-cache-mib 8192 \
-            --answers "$OUT/answers-parked-par$par.txt" || fail=1
+            --answers "$OUT/answers/parked-par$par.ids" || fail=1
     fi
 done
 step answers-parked-1card "$CLI" bench $clients --batch 8 --conversation-cache-mib 8192 \
-    --answers "$OUT/answers-parked-1card.txt" || fail=1
-parked=$(sha256sum < "$OUT/answers-parked-1card.txt" | cut -d' ' -f1)
-for f in "$OUT"/answers-*.txt; do
+    --answers "$OUT/answers/parked-1card.ids" || fail=1
+parked=$(sha256sum < "$OUT/answers/parked-1card.ids" | cut -d' ' -f1)
+for f in "$OUT"/answers/*.ids; do
     got=$(sha256sum < "$f" | cut -d' ' -f1)
     ref=$want; case "$f" in *parked*) ref=$parked ;; esac
     if [ "$got" = "$ref" ]; then r=same; else r=DIFFERENT; fail=1; fi
-    echo "sha256 $(basename "$f"): $got ($r as one card)" | tee -a "$OUT/summary.txt"
+    echo "sha256 $(basename "$f"): $got ($r as on one card)" | tee -a "$OUT/summary.txt"
 done
 
 # 2. the seed's workload
