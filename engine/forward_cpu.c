@@ -133,7 +133,7 @@ static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
         cpu_add(s->x + r * D, s->att + r * D, D);
 }
 
-/* MoE FFN (FORMATS.md §4.5): softmax over all experts, top-k, renormalise,
+/* MoE FFN (doc/formats.md §4.5): softmax over all experts, top-k, renormalise,
  * weighted sum of the chosen experts' SwiGLU outputs.  Per row. */
 static void ffn_moe(strata_engine *e, const layer_weights *L, int n)
 {

@@ -65,7 +65,7 @@ void cpu_softmax(float *x, int64_t n);
 int32_t cpu_argmax(const float *x, int64_t n);
 
 /* ---- KV cache rows ------------------------------------------------------
- * k8v4: K as Q8_0 and V as Q4_0 (ggml's recipes, FORMATS.md §3.1/§3.2), with
+ * k8v4: K as Q8_0 and V as Q4_0 (ggml's recipes, doc/formats.md §3.1/§3.2), with
  * the scales kept apart from the quants so the card reads both with 16-byte
  * loads.  A head vector of head_dim (a multiple of 32) becomes
  *   K: head_dim int8 + head_dim/32 fp16 scales

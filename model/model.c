@@ -1,4 +1,4 @@
-/* model.c: build the model description from a GGUF file (FORMATS.md §4). */
+/* model.c: build the model description from a GGUF file (doc/formats.md §4). */
 #include "model/model.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* model.h: the model description — hyper-parameters from the GGUF metadata
  * and every tensor the forward pass needs, checked against the shapes of
- * FORMATS.md §4.2.  Weights stay in the mapped file in their own type. */
+ * doc/formats.md §4.2.  Weights stay in the mapped file in their own type. */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
 

@@ -1,4 +1,4 @@
-/* tokenizer_bpe.c: byte-level BPE on one pre-tokenized piece (FORMATS.md
+/* tokenizer_bpe.c: byte-level BPE on one pre-tokenized piece (doc/formats.md
  * §5.2 steps 3-5).
  *
  * Symbols are token ids in a doubly linked list over an array; candidate

@@ -71,7 +71,7 @@ int pretokenize(enum tok_pre pre, const char *text, size_t len,
 
 /* ---- algorithms ---- */
 
-/* The BPE byte <-> symbol mapping of FORMATS.md §5.2 step 3. */
+/* The BPE byte <-> symbol mapping of doc/formats.md §5.2 step 3. */
 uint32_t bpe_byte_to_cp(uint8_t b);
 int bpe_cp_to_byte(uint32_t cp); /* -1 if cp is not one of the 256 */
 

@@ -1,5 +1,5 @@
 /* tokenizer_spm.c: SentencePiece-style BPE (`tokenizer.ggml.model = llama`,
- * FORMATS.md §5.4), as llama.cpp's llm_tokenizer_spm does it.
+ * doc/formats.md §5.4), as llama.cpp's llm_tokenizer_spm does it.
  *
  * Spaces become U+2581 "▁" (one prefixed when add_space_prefix), the text is
  * split into UTF-8 characters, and adjacent symbols whose concatenation is a

@@ -57,7 +57,7 @@
  *     memory together.  Prefill runs one block per (query tile, kv head,
  *     sequence) and folds the same tree in the block as it goes.
  *
- *   Invariance (issue 5): a query's result is a function of its own column
+ *   Invariance (doc/engine.md): a query's result is a function of its own column
  *   only — MMA output columns are independent, the softmax state is per
  *   column, masked tokens and masked chunks change no bit of the state
  *   (alpha = 1, p = 0), warps own fixed 16-token steps (step s of a chunk

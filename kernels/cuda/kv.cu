@@ -1,7 +1,7 @@
 /* kv.cu: append K and V rows to the paged KV cache on the card.
  *
  * Twin of cpu_kv_store (kernels/ops.h), bit for bit: K becomes Q8_0 and V
- * Q4_0 by ggml's recipes (FORMATS.md §3.1, §3.2), with the fp16 scales kept
+ * Q4_0 by ggml's recipes (doc/formats.md §3.1, §3.2), with the fp16 scales kept
  * apart from the quants; or both stay f16 (KV_F16).  Positions come from a
  * device array, so a captured decode graph stays valid as they move.
  *

@@ -1,5 +1,5 @@
 /* moe.cu: mixture-of-experts routing and the gather/combine around the
- * expert matvecs (FORMATS.md §4.5).
+ * expert matvecs (doc/formats.md §4.5).
  *
  * The expert matrix products themselves are the weight kernels' (cuw's
  * matvec/matmul over one expert's slab of a *_exps tensor).  Around them:
