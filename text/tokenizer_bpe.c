@@ -9,6 +9,7 @@
  * bytes costs O(n log n), not the O(n^2) of rescanning for the best pair. */
 #include <stdlib.h>
 
+#include "text/merge_heap.h"
 #include "text/tokenizer_impl.h"
 
 uint32_t bpe_byte_to_cp(uint8_t b)

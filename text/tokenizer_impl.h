@@ -82,19 +82,4 @@ int bpe_encode_piece(const tokenizer *t, const char *piece, size_t len,
 int spm_encode_segment(const tokenizer *t, const char *text, size_t len,
                        bool first, tok_ids *out);
 
-/* Min-heap of candidate merges, shared by BPE (key = rank) and SPM
- * (key = -score); ties go to the leftmost pair, as both references do. */
-typedef struct merge_cand {
-    double key;
-    int32_t left, right;   /* symbol indices */
-    uint32_t left_len, right_len; /* lengths when queued: stale check */
-} merge_cand;
-typedef struct merge_heap {
-    merge_cand *a;
-    size_t n, cap;
-} merge_heap;
-int merge_heap_push(merge_heap *h, merge_cand c);
-merge_cand merge_heap_pop(merge_heap *h);
-void merge_heap_free(merge_heap *h);
-
 #endif
