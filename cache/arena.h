@@ -2,7 +2,7 @@
  *
  * Why: the conversation cache's part buffers must be pinned (page-locked)
  * host memory so the cards copy at 55 GB/s instead of 8-14 GB/s pageable
- * (/work/shared/ANCHORS.md).  Pinning is the expensive part: cudaHostAlloc
+ * (doc/BENCHMARKS.md, "Reference figures").  Pinning is the expensive part: cudaHostAlloc
  * page-locks (and maps for every card) each byte it hands out, and on an
  * H200 a capture that pinned its own gigabytes ran at 1.6 GB/s end to end,
  * far below the copy it was meant to feed.  So the engine pins one block of

@@ -55,7 +55,7 @@ typedef struct convcache_capture convcache_capture;
 /* Where part bytes come from: on CUDA the engine passes an arena over one
  * pinned block of max_bytes (cache/arena.h; per-part cudaHostAlloc as the
  * fallback) so the cards copy at pinned speed (pageable memory copies 4-6x
- * slower, see /work/shared/ANCHORS.md).  alloc returns NULL on failure (the
+ * slower, see doc/BENCHMARKS.md, "Reference figures").  alloc returns NULL on failure (the
  * cache then evicts and retries, see above); it is called for non-zero
  * sizes only, and alloc and free may be called from the orchestration
  * thread only. */

@@ -1,4 +1,4 @@
-/* cmd_quantize.c: `strata-cli quantize IN.gguf OUT.gguf TYPE` (issue 3).
+/* cmd_quantize.c: `strata-cli quantize IN.gguf OUT.gguf TYPE`.
  *
  * Parses the options and prints the summary; the work is quantize_file
  * (model/make/quantize.c).  Progress goes to stderr, the summary to stdout. */

@@ -238,9 +238,6 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
     if (!rc) {
         int train = e->m->hp.n_ctx_train > 0 ? e->m->hp.n_ctx_train : 4096;
         e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (train < 4096 ? train : 4096);
-        if (e->m->hp.n_expert_used > 64)
-            rc = strata_err(err, STRATA_E_UNSUPPORTED, "%s: expert_used_count %d > 64",
-                            p->model_path, e->m->hp.n_expert_used);
     }
     if (!rc)
         rc = choose_backend(e, err);

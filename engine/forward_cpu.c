@@ -133,44 +133,29 @@ static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
         cpu_add(s->x + r * D, s->att + r * D, D);
 }
 
-/* MoE FFN (FORMATS.md §4.5): softmax over all experts, top-k, renormalise,
- * weighted sum of the chosen experts' SwiGLU outputs.  Per row. */
+/* MoE FFN (doc/formats.md §4.5): cpu_moe_route (softmax over all experts,
+ * top-k, renormalise), then the weighted sum of the chosen experts' SwiGLU
+ * outputs.  Per row. */
 static void ffn_moe(strata_engine *e, const layer_weights *L, int n)
 {
     cpu_scratch *s = &e->cpu;
     const model_hparams *hp = &e->m->hp;
     int64_t D = hp->n_embd, F = L->gate_exps.rows;
-    int ne = hp->n_expert, k = hp->n_expert_used;
-    int sel[64];
-    float wsel[64];
+    int ne = hp->n_expert, k = hp->n_expert_used; /* k <= MOE_MAX_USED: model.c */
+    int32_t sel[MOE_MAX_USED];
+    float wsel[MOE_MAX_USED];
     for (int r = 0; r < n; r++) {
         const float *xr = s->xb + r * D;
         float *out = s->att + r * D;
         matmul(&L->router, 0, xr, 1, s->router);
-        cpu_softmax(s->router, ne);
-        /* top-k by repeated selection: highest first, lowest index on ties */
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int i = 0; i < ne; i++) {
-                int taken = 0;
-                for (int t = 0; t < j; t++)
-                    taken |= sel[t] == i;
-                if (!taken && (best < 0 || s->router[i] > s->router[best]))
-                    best = i;
-            }
-            sel[j] = best;
-            wsel[j] = s->router[best];
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < k; j++)
-            sum += wsel[j];
+        cpu_moe_route(s->router, 1, ne, k, sel, wsel);
         memset(out, 0, (size_t)D * sizeof *out);
         for (int j = 0; j < k; j++) {
             matmul(&L->gate_exps, sel[j], xr, 1, s->hb);
             matmul(&L->up_exps, sel[j], xr, 1, s->hb2);
             cpu_swiglu(s->hb, s->hb2, F, s->hb);
             matmul(&L->down_exps, sel[j], s->hb, 1, s->hb2);
-            float wj = wsel[j] / sum;
+            float wj = wsel[j];
             for (int64_t i = 0; i < D; i++)
                 out[i] += wj * s->hb2[i];
         }

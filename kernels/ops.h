@@ -64,8 +64,29 @@ void cpu_softmax(float *x, int64_t n);
 /* Index of the largest element; lowest index on ties. */
 int32_t cpu_argmax(const float *x, int64_t n);
 
+/* ---- mixture of experts (doc/formats.md §4.5) --------------------------
+ * The twins of kernels/cuda/moe.cu's cuda_moe_* (same names, same order of
+ * arithmetic).  k is at most MOE_MAX_USED (model/model.h: the model loader
+ * refuses more, and the callers' per-token arrays have that size). */
+
+/* Per token t: softmax over logits[t][0..n_expert) (in place: the logits
+ * become the probabilities), the k largest (lowest index on ties) into
+ * sel[t][0..k), their probabilities renormalised to sum 1 into w[t][0..k). */
+void cpu_moe_route(float *logits, int n_tok, int n_expert, int k, int32_t *sel, float *w);
+/* The flat indices t*k+j of sel sorted by expert, ascending within one:
+ * rows[n_tok*k], its inverse inv (inv[rows[r]] = r), and offsets[n_expert+1]
+ * (expert e's rows are [offsets[e], offsets[e+1])). */
+void cpu_moe_group(const int32_t *sel, int n_tok, int k, int n_expert, int32_t *offsets,
+                   int32_t *rows, int32_t *inv);
+/* xg[r] = x[rows[r] / k] for r < n_tok*k, rows of D floats. */
+void cpu_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *rows, float *xg);
+/* out[t] = sum_j w[t][j] * y[src], j ascending from 0, where src = inv[t*k+j]
+ * (expert-sorted rows) or t*k+j when inv is NULL. */
+void cpu_moe_combine(const float *y, const float *w, const int32_t *inv, int n_tok, int k,
+                     int64_t D, float *out);
+
 /* ---- KV cache rows ------------------------------------------------------
- * k8v4: K as Q8_0 and V as Q4_0 (ggml's recipes, FORMATS.md §3.1/§3.2), with
+ * k8v4: K as Q8_0 and V as Q4_0 (ggml's recipes, doc/formats.md §3.1/§3.2), with
  * the scales kept apart from the quants so the card reads both with 16-byte
  * loads.  A head vector of head_dim (a multiple of 32) becomes
  *   K: head_dim int8 + head_dim/32 fp16 scales

@@ -1,10 +1,10 @@
-/* gguf.c: the GGUF reader (format: ../shared/FORMATS.md §1; the writer is in
+/* gguf.c: the GGUF reader (format: doc/formats.md §1; the writer is in
  * gguf_write.c).
  *
  * The file is parsed in one pass through a bounds-checked cursor, then the
  * tensor records are checked against each other and against the file size.
  * The rules, in the order they are applied, are listed in doc/gguf.md; each
- * check below cites the FORMATS.md §1.4 checklist item it implements.
+ * check below cites the doc/formats.md §1.4 checklist item it implements.
  *
  * Nothing is preallocated from a count read from the file before that count
  * has been bounded by the bytes left (a hostile header says 2^63). */

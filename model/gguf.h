@@ -1,4 +1,4 @@
-/* gguf.h: strata's own GGUF reader and writer (format: ../shared/FORMATS.md §1).
+/* gguf.h: strata's own GGUF reader and writer (format: doc/formats.md §1).
  *
  * Reader: the file is mmapped read-only; keys, strings and tensor data are
  * pointers into the mapping (nothing is copied that need not be).  Every
@@ -17,7 +17,7 @@
 
 #include "base/error.h"
 
-/* Metadata value types (FORMATS.md §1.2). */
+/* Metadata value types (doc/formats.md §1.2). */
 enum gguf_vtype {
     GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4,
     GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8,

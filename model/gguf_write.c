@@ -1,4 +1,4 @@
-/* gguf_write.c: the GGUF v3 writer (format: ../shared/FORMATS.md §1).
+/* gguf_write.c: the GGUF v3 writer (format: doc/formats.md §1).
  *
  * Metadata values are kept already serialised (the bytes that follow the
  * value-type field in the file), so writing is a copy and replacing a key is

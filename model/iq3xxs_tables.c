@@ -1,9 +1,8 @@
-/* iq3xxs_tables.c: the IQ3_XXS grid and the IQ2/IQ3 sign table (FORMATS.md §2.7).
+/* iq3xxs_tables.c: the IQ3_XXS grid and the IQ2/IQ3 sign table (doc/formats.md §2.7).
  *
- * Extracted verbatim from ../shared/formats/iq3xxs_grid.txt and
- * iq3xxs_signs.txt (ggml src/ggml-common.h @ d99724f2, tables iq3xxs_grid and
- * ksigns_iq2xs).  Byte k of a grid entry is the magnitude of element k of a
- * 4-element group, one of {4,12,20,28,36,44,52,62}; sign entry v is
+ * Extracted verbatim from ggml's src/ggml-common.h @ d99724f2 (tables
+ * iq3xxs_grid and ksigns_iq2xs).  Byte k of a grid entry is the magnitude
+ * of element k of a 4-element group, one of {4,12,20,28,36,44,52,62}; sign entry v is
  * v | (popcount(v) & 1) << 7 so every 8-group has an even number of minus
  * signs.  test/test_quant.c re-derives both rules from these values. */
 #include "model/quant.h"

@@ -1,4 +1,4 @@
-/* model.c: build the model description from a GGUF file (FORMATS.md §4). */
+/* model.c: build the model description from a GGUF file (doc/formats.md §4). */
 #include "model/model.h"
 
 #include <stdio.h>
@@ -138,6 +138,10 @@ static int read_hparams(model *m, strata_error *err)
     if (hp->n_expert > 0 && (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert))
         return strata_err(err, STRATA_E_FORMAT, "%s: expert_used_count = %d with expert_count = %d",
                           path, hp->n_expert_used, hp->n_expert);
+    if (hp->n_expert_used > MOE_MAX_USED)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "%s: expert_used_count = %d: strata "
+                          "routes at most %d experts per token", path, hp->n_expert_used,
+                          MOE_MAX_USED);
     if (hp->arch == ARCH_QWEN3MOE && hp->n_expert == 0)
         return strata_err(err, STRATA_E_FORMAT, "%s: qwen3moe without %s.expert_count", path,
                           m->arch_name);

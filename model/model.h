@@ -1,6 +1,6 @@
 /* model.h: the model description — hyper-parameters from the GGUF metadata
  * and every tensor the forward pass needs, checked against the shapes of
- * FORMATS.md §4.2.  Weights stay in the mapped file in their own type. */
+ * doc/formats.md §4.2.  Weights stay in the mapped file in their own type. */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
 
@@ -10,6 +10,12 @@
 #include "model/gguf.h"
 
 enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
+
+/* The most experts one token may use (expert_used_count): MoE routing on the
+ * CPU (kernels/cpu/moe.c's callers) and on the card (kernels/cuda/moe.cu)
+ * keeps a token's choices in arrays of this size.  model_load refuses more.
+ * Here, not in kernels/ops.h, because the loader sits below the kernels. */
+#define MOE_MAX_USED 64
 
 /* A weight matrix of `rows` outputs by `cols` inputs, in ggml's layout
  * {cols, rows}: rows of `cols` contiguous elements of `type`.  For a stack

@@ -1,6 +1,6 @@
 /* quant.c: the type-traits table and scalar conversions.
  *
- * Sizes for every id ggml defines (formats/ggml_types.tsv), so the GGUF
+ * Sizes for every id ggml defines (ggml.h and ggml-common.h), so the GGUF
  * reader can measure any tensor; decode/encode functions for the types
  * strata handles (model/quant_*.c). */
 #include "model/quant.h"
@@ -81,7 +81,7 @@ size_t type_row_bytes(int id, int64_t n)
     return (size_t)(n / t->blck) * (size_t)t->bytes;
 }
 
-/* ---- scalar conversions (FORMATS.md §2.1) ------------------------------ */
+/* ---- scalar conversions (doc/formats.md §2.1) -------------------------- */
 
 static uint32_t f32_bits(float f)
 {

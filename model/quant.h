@@ -1,5 +1,5 @@
 /* quant.h: ggml tensor types, their block layouts, and the type-traits table
- * (format facts: ../shared/FORMATS.md §2, §3; sizes: formats/ggml_types.tsv).
+ * (format facts: doc/formats.md §2, §3; sizes: the traits table in model/quant.c).
  *
  * The traits table is the single place the rest of strata asks about a type:
  * block size, block bytes, and the row dequantize / quantize functions.
@@ -108,13 +108,13 @@ const char *type_name(int id); /* "?" for unknown ids */
  * type is unknown. */
 size_t type_row_bytes(int id, int64_t n);
 
-/* ---- scalar conversions (exact ggml semantics, FORMATS.md §2.1) -------- */
+/* ---- scalar conversions (exact ggml semantics, doc/formats.md §2.1) ---- */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f); /* round to nearest even */
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
-/* IQ3_XXS tables (FORMATS.md §2.7), defined in model/iq3xxs_tables.c. */
+/* IQ3_XXS tables (doc/formats.md §2.7), defined in model/iq3xxs_tables.c. */
 extern const uint32_t iq3xxs_grid[256];
 extern const uint8_t iq3xxs_signs[128];
 

@@ -5,7 +5,7 @@
  * elements, n a multiple of the type's block (the caller checks that with
  * type_row_bytes); the `imatrix` argument of the quantizers is n importance
  * weights or NULL; IQ3_XXS and strata's Q2_0 search use it (ggml ignores it
- * for the reference recipes of Q8_0, Q4_0 and Q2_0: FORMATS.md §3.3). */
+ * for the reference recipes of Q8_0, Q4_0 and Q2_0: doc/formats.md §3.3). */
 #ifndef STRATA_QUANT_CODECS_H
 #define STRATA_QUANT_CODECS_H
 
@@ -41,7 +41,7 @@ void quant_row_q2_0_ref(const float *src, void *dst, int64_t n, const float *ima
 void dequant_row_iq3_xxs(const void *src, float *dst, int64_t n);
 void quant_row_iq3_xxs(const float *src, void *dst, int64_t n, const float *imatrix);
 
-/* ggml's nearest_int (FORMATS.md §3): add 1.5*2^23 and read the mantissa,
+/* ggml's nearest_int (doc/formats.md §3): add 1.5*2^23 and read the mantissa,
  * i.e. round half to even; valid for |v| < 2^22. */
 static inline int quant_nearest_int(float v)
 {

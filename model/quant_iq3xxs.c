@@ -1,4 +1,4 @@
-/* quant_iq3xxs.c: IQ3_XXS decode and ggml's quantizer (FORMATS.md §2.7, §3.4).
+/* quant_iq3xxs.c: IQ3_XXS decode and ggml's quantizer (doc/formats.md §2.7, §3.4).
  *
  * A 256-element super-block is eight 32-element sub-blocks; a sub-block is
  * eight groups of four magnitudes, each group one of 256 grid points, plus

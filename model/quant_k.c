@@ -1,5 +1,5 @@
 /* quant_k.c: decoders of the K-quants strata reads, Q4_K and Q6_K
- * (FORMATS.md §2.5).  Q4_K_M files mix them; strata only reads them (to run
+ * (doc/formats.md §2.5).  Q4_K_M files mix them; strata only reads them (to run
  * such a file on the CPU or to requantize it), it never writes them. */
 #include "model/quant.h"
 #include "model/quant_codecs.h"

@@ -1,5 +1,5 @@
 /* quant_legacy.c: element types (F32, F16, BF16) and the 32-element block
- * types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (FORMATS.md §2.2-§2.4, §3.1,
+ * types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (doc/formats.md §2.2-§2.4, §3.1,
  * §3.2).
  *
  * The decoders evaluate exactly ggml's expressions (int code converted to

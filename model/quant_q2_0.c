@@ -1,4 +1,4 @@
-/* quant_q2_0.c: Q2_0, upstream group-64 layout (FORMATS.md §2.6, §3.3).
+/* quant_q2_0.c: Q2_0, upstream group-64 layout (doc/formats.md §2.6, §3.3).
  *
  * 64 elements in 18 bytes: fp16 d, then 64 2-bit codes packed four to a
  * byte, lowest bits first (element j at bits 2*(j%4) of byte j/4); value

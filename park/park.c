@@ -332,7 +332,7 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
     cfg.max_images = cache_slots;
     cfg.skip_checksums = !p->verify;
     /* pinned on CUDA: pageable memory copies at 8-14 GB/s against 55 GB/s
-     * pinned (/work/shared/ANCHORS.md) */
+     * pinned (doc/BENCHMARKS.md, "Reference figures") */
     cfg.allocator = cache_allocator(p, cfg.max_bytes);
     p->cache = convcache_new(&cfg, err);
     if (!p->cache || warm_workers(p, err)) {

@@ -1,6 +1,5 @@
 /* park.h: parking conversations in host memory and moving them between
- * sequences — capture, restore and the slot shuttle (DESIGN.md data flow
- * 7-9).
+ * sequences — capture, restore and the slot shuttle.
  *
  * A parked conversation is an image in the conversation cache
  * (cache/convcache.h): its tokens and, for every stage of the layer split,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate text/unicode_tables.c: sorted code point range tables for the
-three character classes the pre-tokenizers need (FORMATS.md section 5.3).
+three character classes the pre-tokenizers need (doc/formats.md section 5.3).
 
   letter      \\p{L}  general category Lu Ll Lt Lm Lo
   number      \\p{N}  general category Nd Nl No

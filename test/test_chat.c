@@ -1,5 +1,5 @@
 /* test_chat.c: suite "chat": format recognition, rendering byte-exact with
- * FORMATS.md §5.5 (ChatML, Gemma) and llama.cpp's Llama-3 shape, the
+ * doc/formats.md §5.5 (ChatML, Gemma) and llama.cpp's Llama-3 shape, the
  * incremental next-turn text, errors, and the demo model's template. */
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +162,7 @@ START_TEST(gemma_render)
     ck_assert_int_eq(chat_template_init(&t, "{{ bos_token }}<start_of_turn>", NULL, &err), 0);
     chat_msg m[] = {{"system", "Be brief."}, {"user", "Hi"}};
     char *s = render(&t, m, 2, true);
-    /* FORMATS.md §5.5's example is "<bos>" + this: BOS comes from the
+    /* doc/formats.md §5.5's example is "<bos>" + this: BOS comes from the
      * tokenizer (add_bos), never from the rendered text. */
     ck_assert_str_eq(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
                         "<start_of_turn>model\n");

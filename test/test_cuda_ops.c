@@ -1,6 +1,6 @@
 /* test_cuda_ops.c: suite "cuda_ops" — the non-weight CUDA kernels against
- * their CPU twins (kernels/ops.h, engine/sample.c, engine/forward_cpu.c's MoE
- * routing) on random (never zero) inputs, several shapes with ragged tails.
+ * their CPU twins (kernels/ops.h, engine/sample.c) on random (never zero)
+ * inputs, several shapes with ragged tails.
  *
  * Tolerances (stated per kernel; "ulp-level" means the arithmetic is the
  * CPU's, in its order, and only a libm function may differ by an ulp):
@@ -602,32 +602,6 @@ END_TEST
 
 /* ---- MoE --------------------------------------------------------------------- */
 
-/* engine/forward_cpu.c's routing, verbatim. */
-static void cpu_route(const float *logits, int ne, int k, int32_t *sel, float *w)
-{
-    float *p = malloc((size_t)ne * 4), wsel[64];
-    memcpy(p, logits, (size_t)ne * 4);
-    cpu_softmax(p, ne);
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < ne; i++) {
-            int taken = 0;
-            for (int t = 0; t < j; t++)
-                taken |= sel[t] == i;
-            if (!taken && (best < 0 || p[i] > p[best]))
-                best = i;
-        }
-        sel[j] = best;
-        wsel[j] = p[best];
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++)
-        sum += wsel[j];
-    for (int j = 0; j < k; j++)
-        w[j] = wsel[j] / sum;
-    free(p);
-}
-
 START_TEST(moe_route_matches_cpu)
 {
     const char *why;
@@ -641,8 +615,10 @@ START_TEST(moe_route_matches_cpu)
         float *lg = rnd((size_t)nt * ne, 2.0f, 3000 + ci);
         int32_t *sel = malloc((size_t)nt * k * 4), *gsel = malloc((size_t)nt * k * 4);
         float *w = malloc((size_t)nt * k * 4), *gw = malloc((size_t)nt * k * 4);
-        for (int t = 0; t < nt; t++)
-            cpu_route(lg + t * ne, ne, k, sel + t * k, w + t * k);
+        float *prob = malloc((size_t)nt * ne * 4);
+        memcpy(prob, lg, (size_t)nt * ne * 4); /* cpu_moe_route works in place */
+        cpu_moe_route(prob, nt, ne, k, sel, w);
+        free(prob);
         float *dl = dup_to_dev(lg, (size_t)nt * ne * 4);
         int32_t *dsel = dev_alloc((size_t)nt * k * 4);
         float *dw = dev_alloc((size_t)nt * k * 4);
@@ -665,35 +641,31 @@ START_TEST(moe_route_matches_cpu)
         to_host(off, doff, (size_t)(ne + 1) * 4);
         to_host(rows, drows, (size_t)nt * k * 4);
         to_host(inv, dinv, (size_t)nt * k * 4);
-        int r = 0;
-        for (int e = 0; e < ne; e++) {
-            ck_assert_int_eq(off[e], r);
-            for (int i = 0; i < nt * k; i++)
-                if (gsel[i] == e) {
-                    ck_assert_int_eq(rows[r], i);
-                    ck_assert_int_eq(inv[i], r);
-                    r++;
-                }
-        }
+        /* the CPU twin groups the card's choices: the same three arrays */
+        int32_t *coff = malloc((size_t)(ne + 1) * 4), *crows = malloc((size_t)nt * k * 4);
+        int32_t *cinv = malloc((size_t)nt * k * 4);
+        cpu_moe_group(gsel, nt, k, ne, coff, crows, cinv);
+        ck_assert(!memcmp(off, coff, (size_t)(ne + 1) * 4));
+        ck_assert(!memcmp(rows, crows, (size_t)nt * k * 4));
+        ck_assert(!memcmp(inv, cinv, (size_t)nt * k * 4));
         ck_assert_int_eq(off[ne], nt * k);
+        free(coff);
+        free(crows);
+        free(cinv);
         float *x = rnd((size_t)nt * D, 1.0f, 3100 + ci), *xg = malloc((size_t)nt * k * D * 4);
         float *dx = dup_to_dev(x, (size_t)nt * D * 4), *dxg = dev_alloc((size_t)nt * k * D * 4);
         OK(cuda_moe_gather(dx, nt, k, D, drows, dxg, 0, &e_));
         to_host(xg, dxg, (size_t)nt * k * D * 4);
-        for (int q = 0; q < nt * k; q++)
-            ck_assert(!memcmp(xg + q * D, x + (rows[q] / k) * D, (size_t)D * 4));
+        float *cxg = malloc((size_t)nt * k * D * 4);
+        cpu_moe_gather(x, nt, k, D, rows, cxg);
+        ck_assert(!memcmp(xg, cxg, (size_t)nt * k * D * 4));
+        free(cxg);
         /* combine from the sorted rows (stand-in expert outputs: xg * 1.5) */
         float *y = malloc((size_t)nt * k * D * 4), *ref = malloc((size_t)nt * D * 4);
         float *got = malloc((size_t)nt * D * 4);
         for (size_t i = 0; i < (size_t)nt * k * D; i++)
             y[i] = xg[i] * 1.5f + 0.25f;
-        for (int t = 0; t < nt; t++)
-            for (int64_t i = 0; i < D; i++) {
-                float acc = 0.0f;
-                for (int j = 0; j < k; j++)
-                    acc += gw[t * k + j] * y[inv[t * k + j] * D + i];
-                ref[t * D + i] = acc;
-            }
+        cpu_moe_combine(y, gw, inv, nt, k, D, ref);
         float *dy = dup_to_dev(y, (size_t)nt * k * D * 4), *dout = dev_alloc((size_t)nt * D * 4);
         OK(cuda_moe_combine(dy, dw, dinv, nt, k, D, dout, 0, &e_));
         to_host(got, dout, (size_t)nt * D * 4);

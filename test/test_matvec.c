@@ -183,7 +183,7 @@ START_TEST(fast_is_invariant)
 }
 END_TEST
 
-/* Issue 3's ISA guard: the library must run on any x86-64, so AVX, AVX2,
+/* The ISA guard: the library must run on any x86-64, so AVX, AVX2,
  * FMA or F16C instructions (any VEX/EVEX mnemonic, i.e. one starting with
  * 'v' other than the VMX/verr ones, or a ymm/zmm operand) may only appear
  * in functions compiled for them, which dot_kernels.h says are named

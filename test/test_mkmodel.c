@@ -2,7 +2,7 @@
  *
  * The generated files are checked by independent means: the python `gguf`
  * package reads them (test/scripts/check_mkmodel.py recomputes the names,
- * shapes and keys of FORMATS.md section 4 from the parameters), the float64
+ * shapes and keys of doc/formats.md section 4 from the parameters), the float64
  * reference (test/scripts/ref_forward.py) runs them and must produce finite,
  * spread-out logits, and strata's own strict reader must accept them. */
 #include "testutil.h"

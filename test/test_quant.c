@@ -1,6 +1,6 @@
 /* test_quant.c: suite "quant" — the type traits, the row codecs and the
  * quantizers (model/quant*.c), against ggml's own output (the 30 test
- * vectors of ../shared/formats/testvectors.txt, copied to test/data), the
+ * vectors in test/data/testvectors.txt, made by ggml's reference code), the
  * Python gguf package's dequantizers, and error bounds on random data. */
 #include "testutil.h"
 
@@ -661,7 +661,7 @@ END_TEST
 
 /* The demo model to Q2_0 and to IQ3_XXS (26.5M weights through the grid
  * search: seconds since the encoder speed-up), both read back by the Python
- * gguf package: issue 3's "done when". */
+ * gguf package. */
 START_TEST(cli_quantizes_the_demo_model)
 {
     const char *model = test_demo_model();

@@ -1,4 +1,4 @@
-/* chat.h: chat formats (FORMATS.md §5.5) without a Jinja engine.
+/* chat.h: chat formats (doc/formats.md §5.5) without a Jinja engine.
  *
  * The GGUF's tokenizer.chat_template is recognised by substring, as
  * llama.cpp does: "<|im_start|>" is ChatML (SmolLM2, Qwen), "<|start_header_id|>"

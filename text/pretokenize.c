@@ -1,4 +1,4 @@
-/* pretokenize.c: the pre-tokenizer rules of FORMATS.md §5.3, hand-written.
+/* pretokenize.c: the pre-tokenizer rules of doc/formats.md §5.3, hand-written.
  *
  * Each rule is the regular expression llama.cpp and Hugging Face use, turned
  * into a function that, given the characters of a segment and a start

@@ -351,7 +351,7 @@ int tokenizer_new(const tokenizer_desc *d, tokenizer **out, strata_error *err)
     if (!spm && (rc = build_merges(t, &dd, err)))
         goto fail;
 
-    /* Defaults of FORMATS.md §5.1 where a key is absent. */
+    /* Defaults of doc/formats.md §5.1 where a key is absent. */
     int64_t bos = d->bos, eos = d->eos, unk = d->unk;
     if (bos < 0) bos = spm ? 1 : 11;
     if (eos < 0) eos = spm ? 2 : 11;

@@ -1,5 +1,5 @@
 /* tokenizer.h: text <-> token ids, from the GGUF tokenizer metadata
- * (FORMATS.md §5).
+ * (doc/formats.md §5).
  *
  * Two algorithms:
  *   - byte-level BPE (`tokenizer.ggml.model = gpt2`: SmolLM2, Qwen, Llama-3):
@@ -35,7 +35,7 @@ enum token_type {
 
 enum tok_model { TOK_MODEL_BPE = 1, TOK_MODEL_SPM = 2 };
 
-/* Pre-tokenizers (BPE only), FORMATS.md §5.3. */
+/* Pre-tokenizers (BPE only), doc/formats.md §5.3. */
 enum tok_pre {
     TOK_PRE_NONE = 0,   /* SPM: no pre-tokenization */
     TOK_PRE_GPT2,       /* "gpt-2", "default": the GPT-2 rule */
@@ -49,7 +49,7 @@ typedef struct tokenizer tokenizer;
 /* What a tokenizer is built from: the GGUF keys as plain arrays, so a
  * tokenizer can also be made without a file (tests, mkmodel).  Ids use -1
  * for "key absent" and flags -1 for "key absent"; the model's defaults
- * (FORMATS.md §5.1) then apply. */
+ * (doc/formats.md §5.1) then apply. */
 typedef struct tokenizer_desc {
     const char *name;          /* for error messages (the file path) */
     const char *model;         /* "gpt2" or "llama" */

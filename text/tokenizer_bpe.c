@@ -1,4 +1,4 @@
-/* tokenizer_bpe.c: byte-level BPE on one pre-tokenized piece (FORMATS.md
+/* tokenizer_bpe.c: byte-level BPE on one pre-tokenized piece (doc/formats.md
  * §5.2 steps 3-5).
  *
  * Symbols are token ids in a doubly linked list over an array; candidate
@@ -9,6 +9,7 @@
  * bytes costs O(n log n), not the O(n^2) of rescanning for the best pair. */
 #include <stdlib.h>
 
+#include "text/merge_heap.h"
 #include "text/tokenizer_impl.h"
 
 uint32_t bpe_byte_to_cp(uint8_t b)

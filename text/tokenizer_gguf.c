@@ -1,4 +1,4 @@
-/* tokenizer_gguf.c: read the tokenizer.ggml.* keys (FORMATS.md §5.1) into a
+/* tokenizer_gguf.c: read the tokenizer.ggml.* keys (doc/formats.md §5.1) into a
  * tokenizer_desc and build the tokenizer from it. */
 #include <stdlib.h>
 #include <string.h>

@@ -71,7 +71,7 @@ int pretokenize(enum tok_pre pre, const char *text, size_t len,
 
 /* ---- algorithms ---- */
 
-/* The BPE byte <-> symbol mapping of FORMATS.md §5.2 step 3. */
+/* The BPE byte <-> symbol mapping of doc/formats.md §5.2 step 3. */
 uint32_t bpe_byte_to_cp(uint8_t b);
 int bpe_cp_to_byte(uint32_t cp); /* -1 if cp is not one of the 256 */
 
@@ -81,20 +81,5 @@ int bpe_encode_piece(const tokenizer *t, const char *piece, size_t len,
 /* Encode one text segment (no special tokens inside) with SPM. */
 int spm_encode_segment(const tokenizer *t, const char *text, size_t len,
                        bool first, tok_ids *out);
-
-/* Min-heap of candidate merges, shared by BPE (key = rank) and SPM
- * (key = -score); ties go to the leftmost pair, as both references do. */
-typedef struct merge_cand {
-    double key;
-    int32_t left, right;   /* symbol indices */
-    uint32_t left_len, right_len; /* lengths when queued: stale check */
-} merge_cand;
-typedef struct merge_heap {
-    merge_cand *a;
-    size_t n, cap;
-} merge_heap;
-int merge_heap_push(merge_heap *h, merge_cand c);
-merge_cand merge_heap_pop(merge_heap *h);
-void merge_heap_free(merge_heap *h);
 
 #endif

@@ -2,7 +2,7 @@
  *
  * UTF-8 decoding that never fails (an invalid byte is reported as one
  * 1-byte character so byte-level BPE can still carry it), UTF-8 encoding, and
- * the three character classes of the pre-tokenizer rules (FORMATS.md §5.3):
+ * the three character classes of the pre-tokenizer rules (doc/formats.md §5.3):
  * letter \p{L}, number \p{N}, whitespace \s.  The classes are range tables
  * generated from Python's unicodedata by scripts/gen_unicode_tables.py. */
 #ifndef STRATA_UNICODE_H

@@ -4,8 +4,8 @@
  * Called by cmd_bench as bench_attention(argc, argv); options:
  *   --runs N        timed runs per figure (default 21, at least 15)
  *   --quick         contexts 4K and 32K only
- * Shapes are ANCHORS.md's: head_dim 128, 8 kv heads, 4 query heads per kv
- * head (32 heads), one sequence.  For each context:
+ * Shapes are those of ggml's reference figures (doc/BENCHMARKS.md): head_dim
+ * 128, 8 kv heads, 4 query heads per kv head (32 heads), one sequence.  For each context:
  *   decode   one query token at the last position (flash-decoding split);
  *   prefill  512 query tokens ending at the last position.
  * Timing: CUDA events around replays of a CUDA graph of 8 launches (the
@@ -181,7 +181,8 @@ typedef struct ba_ggml {
     float decode_us, prefill_us;
 } ba_ggml;
 
-/* ANCHORS.md (ggml d99724f, H200, FLASH_ATTN_EXT q8_0/q4_0). */
+/* doc/BENCHMARKS.md, "Reference figures" (ggml d99724f, H200, FLASH_ATTN_EXT
+ * q8_0/q4_0). */
 static const ba_ggml ggml_ref[] = {{4096, 19.9f, 191.0f}, {16384, 67.3f, 712.0f},
                                    {131072, 543.6f, 5170.0f}};
 
@@ -231,7 +232,7 @@ int bench_attention(int argc, char **argv)
     const int ctxs_quick[] = {4096, 32768};
     const size_t per_tok = (size_t)BA_NKV * (BA_HD + BA_HD / 16 + BA_HD / 2 + BA_HD / 16);
     printf("\n%-8s %-8s %10s %9s %8s   %-30s\n", "context", "kind", "us", "GB/s", "of read",
-           "ggml (ANCHORS.md)");
+           "ggml (reference figures)");
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = quick ? ctxs_quick[ci] : ctxs_all[ci];
         size_t kv_bytes = per_tok * ctx;

@@ -1,5 +1,6 @@
 /* bench_kernels.c: `strata-cli bench --kernels` — the weight kernels against
- * the card's own read bandwidth and against ggml's figures (ANCHORS.md).
+ * the card's own read bandwidth and against ggml's figures
+ * (doc/BENCHMARKS.md, "Reference figures").
  *
  * Called by cmd_bench as bench_kernels(argc, argv); options:
  *   --json            one JSON object instead of the table
@@ -42,8 +43,9 @@ int bench_kernels(int argc, char **argv)
 #define BK_WARM 3
 #define BK_MAX_REPS 200
 
-/* ggml's figures on the H200, ANCHORS.md (us): n=1 at 131072x4096, n=1 at
- * 4096x14336, n=8 at 4096x14336, n=512 at 4096x14336. */
+/* ggml's figures on the H200 (us; doc/BENCHMARKS.md, "Reference figures"):
+ * n=1 at 131072x4096, n=1 at 4096x14336, n=8 at 4096x14336, n=512 at
+ * 4096x14336. */
 typedef struct bk_ggml {
     int type;
     double n1_big, n1, n8, n512;
@@ -286,7 +288,7 @@ fail:
 
 typedef struct bk_shape {
     int64_t rows, cols, n;
-    double ggml; /* ggml's microseconds from ANCHORS.md, 0: none */
+    double ggml; /* ggml's microseconds (reference figures), 0: none */
 } bk_shape;
 
 /* "ROWSxCOLS[xN],..." (N defaults to 1) into out; the count, or -1. */

@@ -1,6 +1,6 @@
 /* kv.c: CPU reference for the k8v4 KV cache rows (kernels/ops.h).
  *
- * K uses ggml's Q8_0 recipe and V its Q4_0 recipe (FORMATS.md §3.1, §3.2),
+ * K uses ggml's Q8_0 recipe and V its Q4_0 recipe (doc/formats.md §3.1, §3.2),
  * bit for bit, with the fp16 scales stored apart from the quants. */
 #include "kernels/ops.h"
 

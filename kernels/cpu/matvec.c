@@ -1,5 +1,5 @@
 /* matvec.c: the plain reference for y = W x on weights in any type strata
- * decodes (FORMATS.md §2), and the embedding lookup.
+ * decodes (doc/formats.md §2), and the embedding lookup.
  *
  * Written to be read, not to be fast: a row of W is dequantized with the
  * type's own decoder (model/quant*.c, bit-exact with ggml) a chunk at a time,

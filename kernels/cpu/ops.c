@@ -22,7 +22,7 @@ void cpu_rmsnorm_heads(float *x, const float *w, int n_heads, int head_dim, floa
         cpu_rmsnorm(x + (int64_t)h * head_dim, w, head_dim, eps, x + (int64_t)h * head_dim);
 }
 
-/* theta_i = pos * scale * base^(-2i/n_rot) [/ freq_factors[i]] (FORMATS.md
+/* theta_i = pos * scale * base^(-2i/n_rot) [/ freq_factors[i]] (doc/formats.md
  * §4.4).  NORM rotates adjacent pairs (2i, 2i+1): the llama converter
  * permuted Q/K rows so this matches HF's half split; NEOX rotates (i,
  * i + n_rot/2). */

@@ -57,7 +57,7 @@
  *     memory together.  Prefill runs one block per (query tile, kv head,
  *     sequence) and folds the same tree in the block as it goes.
  *
- *   Invariance (issue 5): a query's result is a function of its own column
+ *   Invariance (doc/engine.md): a query's result is a function of its own column
  *   only — MMA output columns are independent, the softmax state is per
  *   column, masked tokens and masked chunks change no bit of the state
  *   (alpha = 1, p = 0), warps own fixed 16-token steps (step s of a chunk
@@ -83,6 +83,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/warp.cuh"
 
 #define ATT_WARPS 4
 #define ATT_CHUNK_DEFAULT 1024
@@ -137,8 +138,7 @@ __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a
             s += qv[j] * k;
             vv[j] = v;
         }
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = warp_sum(s);
         s *= a.scale;
         float mn = fmaxf(m, s);
         float corr = expf(m - mn), p = expf(s - mn);

@@ -239,10 +239,10 @@ int cuda_sample(const float *logits, int n_rows, int64_t n_vocab, int64_t stride
                 const cuda_sample_params *p, const float *d_uniform, int32_t *d_out,
                 cudaStream_t stream, strata_error *err);
 
-/* MoE (FORMATS.md §4.5; see kernels/cuda/moe.cu for the whole flow).
+/* MoE (doc/formats.md §4.5; see kernels/cuda/moe.cu for the whole flow).
  * route: per token, softmax over n_expert logits, top-k, renormalised:
  * d_sel[n_tok][k] expert ids, d_w[n_tok][k] weights (n_expert <= 256,
- * k <= 64).  group: the flat indices t*k+j sorted by expert (d_rows), their
+ * k <= MOE_MAX_USED).  Twins: cpu_moe_* (kernels/ops.h).  group: the flat indices t*k+j sorted by expert (d_rows), their
  * inverse (d_inv) and d_offsets[n_expert + 1].  gather: xg[r] =
  * x[d_rows[r] / k].  combine: out[t] = sum_j w[t][j] * y[row] with row =
  * d_inv[t*k+j] (or t*k+j when d_inv is NULL), j ascending. */

@@ -1,7 +1,7 @@
 /* kv.cu: append K and V rows to the paged KV cache on the card.
  *
  * Twin of cpu_kv_store (kernels/ops.h), bit for bit: K becomes Q8_0 and V
- * Q4_0 by ggml's recipes (FORMATS.md §3.1, §3.2), with the fp16 scales kept
+ * Q4_0 by ggml's recipes (doc/formats.md §3.1, §3.2), with the fp16 scales kept
  * apart from the quants; or both stay f16 (KV_F16).  Positions come from a
  * device array, so a captured decode graph stays valid as they move.
  *
@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/warp.cuh"
 
 #define KV_WARPS 4
 
@@ -72,8 +73,7 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
 
     /* K: Q8_0. */
     float amax = fabsf(xk);
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    amax = warp_max(amax);
     float dk = __fdiv_rn(amax, 127.0f);
     float idk = dk != 0.0f ? __fdiv_rn(1.0f, dk) : 0.0f;
     kv.kq[slot * hd + 32 * b + lane] = (int8_t)roundf(__fmul_rn(xk, idk));
@@ -83,14 +83,7 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
     /* V: Q4_0.  The element of largest |x|, the first one on ties. */
     float best = fabsf(xv);
     int bi = lane;
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ob > best || (ob == best && oi < bi)) {
-            best = ob;
-            bi = oi;
-        }
-    }
+    warp_argmax(best, bi);
     float vmax = __shfl_sync(0xffffffffu, xv, bi);
     if (!(best > 0.0f))
         vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */

@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/warp.cuh"
 #include "kernels/cuda/wtile.cuh"
 
 namespace cg = cooperative_groups;
@@ -293,8 +294,7 @@ __global__ void __launch_bounds__(256) f32_kernel(const float *w, const int32_t 
             s = __fmaf_rn(wv.z, xv.z, s);
             s = __fmaf_rn(wv.w, xv.w, s);
         }
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = warp_sum(s);
         if (lane == 0)
             y[(size_t)c * rows + row] = s;
     }

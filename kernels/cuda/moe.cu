@@ -1,5 +1,5 @@
 /* moe.cu: mixture-of-experts routing and the gather/combine around the
- * expert matvecs (FORMATS.md §4.5).
+ * expert matvecs (doc/formats.md §4.5).
  *
  * The expert matrix products themselves are the weight kernels' (cuw's
  * matvec/matmul over one expert's slab of a *_exps tensor).  Around them:
@@ -22,7 +22,7 @@
  * expert-sorted output rows, then cuda_moe_combine reads them back through
  * the inverse permutation (`inv`) in slot order.
  *
- * Bit-exactness with engine/forward_cpu.c's ffn_moe: the softmax is
+ * Bit-exactness with the CPU twins in kernels/cpu/moe.c (cpu_moe_*): the softmax is
  * cpu_softmax's (float max, expf, a double sum in index order, one float
  * reciprocal); the selection repeats the CPU's "highest, lowest index on
  * ties"; the renormalisation sums the k weights in float in slot order; the
@@ -40,10 +40,11 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/warp.cuh"
+#include "model/model.h" /* MOE_MAX_USED */
 
 #define ROUTE_WARPS 4
 #define MOE_MAX_EXPERTS 256
-#define MOE_MAX_K 64
 
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
 moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *sel, float *w)
@@ -60,8 +61,7 @@ moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *s
     float mx = -INFINITY;
     for (int i = lane; i < n_expert; i += 32)
         mx = fmaxf(mx, r[i]);
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    mx = warp_max(mx);
     /* cpu_softmax: mx is its running max (the same value: max is exact). */
     for (int i = lane; i < n_expert; i += 32)
         pr[i] = expf(__fsub_rn(r[i], mx));
@@ -80,8 +80,8 @@ moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *s
 
     /* top-k by repeated selection; chosen entries are marked -1 (every
      * probability is >= 0, so a marked one never wins again). */
-    float wsel[MOE_MAX_K];
-    int isel[MOE_MAX_K];
+    float wsel[MOE_MAX_USED];
+    int isel[MOE_MAX_USED];
 #pragma unroll 1
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
@@ -93,14 +93,7 @@ moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *s
                 bi = i;
             }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(bv, bi);
         if (lane == 0) {
             wsel[j] = bv;
             isel[j] = bi;
@@ -124,10 +117,10 @@ extern "C" int cuda_moe_route(const float *logits, int n_tok, int n_expert, int 
 {
     if (n_tok <= 0)
         return 0;
-    if (n_expert < 1 || n_expert > MOE_MAX_EXPERTS || k < 1 || k > n_expert || k > MOE_MAX_K)
+    if (n_expert < 1 || n_expert > MOE_MAX_EXPERTS || k < 1 || k > n_expert || k > MOE_MAX_USED)
         return strata_err(err, STRATA_E_UNSUPPORTED,
                           "cuda_moe_route: %d experts, top-%d (limits %d, %d)", n_expert, k,
-                          MOE_MAX_EXPERTS, MOE_MAX_K);
+                          MOE_MAX_EXPERTS, MOE_MAX_USED);
     int blocks = (n_tok + ROUTE_WARPS - 1) / ROUTE_WARPS;
     moe_route_kernel<<<blocks, ROUTE_WARPS * 32, 0, stream>>>(logits, n_tok, n_expert, k, d_sel,
                                                               d_w);

@@ -28,15 +28,9 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/warp.cuh"
 
 #define NORM_THREADS 512
-
-__device__ __forceinline__ double warp_sum_d(double v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* Sum over the block in a fixed order: warp trees, then warp 0 adds the
  * sixteen warp partials in index order.  Every thread gets the result. */

@@ -3,7 +3,7 @@
  * per token, read from a device array so a captured graph stays valid as the
  * positions move.
  *
- * Twin of cpu_rope (kernels/ops.h, FORMATS.md §4.4):
+ * Twin of cpu_rope (kernels/ops.h, doc/formats.md §4.4):
  *   theta_i = pos * freq_scale * base^(-2i/n_rot) [/ freq_factors[i]]
  *   (a, b) -> (a cos - b sin, a sin + b cos)
  * The angle, its cosine and its sine are computed in double exactly as the

@@ -34,6 +34,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/warp.cuh"
 
 #define ARGMAX_THREADS 1024
 #define SAMPLE_THREADS 1024
@@ -56,11 +57,7 @@ argmax_kernel(const float *logits, int64_t n, int64_t stride, int32_t *out)
     int bi = 0x7fffffff;
     for (int64_t i = threadIdx.x; i < n; i += ARGMAX_THREADS)
         better(bv, bi, x[i], (int)i);
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        better(bv, bi, ov, oi);
-    }
+    warp_argmax(bv, bi);
     __shared__ float sv[32];
     __shared__ int si[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -72,11 +69,7 @@ argmax_kernel(const float *logits, int64_t n, int64_t stride, int32_t *out)
     if (warp == 0) {
         bv = sv[lane];
         bi = si[lane];
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            better(bv, bi, ov, oi);
-        }
+        warp_argmax(bv, bi);
         if (lane == 0)
             out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
     }

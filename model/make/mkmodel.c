@@ -1,7 +1,7 @@
 /* mkmodel.c: random-weight models of any supported shape (see mkmodel.h).
  *
  * Sections: defaults and checks; the tensor plan (names and shapes of
- * ../shared/FORMATS.md §4.2); the seeded Gaussian; filling and quantizing
+ * doc/formats.md §4.2); the seeded Gaussian; filling and quantizing
  * tensors on a few threads; metadata (§4.1, §5.1); writing.
  *
  * Weight scales.  A matrix {in, out} gets N(0, 1/in): each output of W.x is
@@ -195,7 +195,7 @@ static int plan_add(plan *pl, enum tkind kind, uint32_t n_dims, int64_t ne0, int
     return 0;
 }
 
-/* FORMATS.md §4.2, in the order llama.cpp's converter writes them. */
+/* doc/formats.md §4.2, in the order llama.cpp's converter writes them. */
 static int plan_build(const mkmodel_params *p, plan *pl)
 {
     const int64_t D = p->n_embd, V = p->n_vocab;
@@ -461,7 +461,7 @@ static int make_tensor(const mkmodel_params *p, pools *ps, tplan *t, strata_erro
 
 /* ---- metadata ----------------------------------------------------------- */
 
-/* ChatML (FORMATS.md §5.5): the template text strata recognises by its
+/* ChatML (doc/formats.md §5.5): the template text strata recognises by its
  * "<|im_start|>"; written like the usual HF Jinja template so other tools
  * accept it too. */
 static const char chatml_template[] =
@@ -538,7 +538,7 @@ static double now_s(void)
 }
 
 /* Tell the user once per (ne[0], fallback type) which tensors could not take
- * the requested type (FORMATS.md §2.9). */
+ * the requested type (doc/formats.md §2.9). */
 static void log_fallbacks(const mkmodel_params *p, const plan *pl)
 {
     if (!p->log)

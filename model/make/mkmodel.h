@@ -3,9 +3,9 @@
  * Tests and benchmarks need models of every architecture and size without
  * downloading any: `strata-cli mkmodel` (cli/cmd_mkmodel.c) is the front end
  * of this.  The file has the metadata keys and tensor names/shapes of
- * shared/FORMATS.md section 4, weights drawn from a seeded Gaussian and
+ * doc/formats.md section 4, weights drawn from a seeded Gaussian and
  * quantized to the requested type, and a small but real byte-level BPE
- * vocabulary (FORMATS.md section 5) so the tokenizer and the chat format
+ * vocabulary (doc/formats.md section 5) so the tokenizer and the chat format
  * work on it.  Same parameters and seed -> identical bytes, whatever the
  * thread count.  Described in doc/mkmodel.md. */
 #ifndef STRATA_MKMODEL_H

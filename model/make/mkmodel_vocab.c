@@ -1,5 +1,5 @@
 /* mkmodel_vocab.c: the small, real byte-level BPE vocabulary of mkmodel's
- * models (format: ../shared/FORMATS.md §5.1, §5.2).
+ * models (format: doc/formats.md §5.1, §5.2).
  *
  * A generated model is only useful to the tokenizer, the chat front end and
  * the tests if its vocabulary behaves like a real one: every byte has a

@@ -181,7 +181,7 @@ static int requantize_tensor(const quantize_params *p, const gguf_tensor *t,
 /* ---- the file -------------------------------------------------------------- */
 
 /* ggml's llama_ftype for the mixes that have one (general.file_type is
- * informational, FORMATS.md §1.2); Q2_0 has none at the snapshot. */
+ * informational, doc/formats.md §1.2); Q2_0 has none at the snapshot. */
 static int file_type_of(int type)
 {
     switch (type) {

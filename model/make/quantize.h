@@ -1,5 +1,5 @@
 /* quantize.h: requantize a GGUF model into strata's weight types
- * (issue 3; formats: ../shared/FORMATS.md §2, §3; row-length rule: §2.9).
+ * (formats: doc/formats.md §2, §3; row-length rule: §2.9).
  *
  * Every tensor is decoded to f32 with its type's decoder and re-encoded with
  * the type the mix chooses for it (quantize_choose_type).  The output is

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """check_mkmodel.py: check a `strata-cli mkmodel` file with the python `gguf`
-package, against the shapes and keys FORMATS.md section 4 prescribes for the
+package, against the shapes and keys doc/formats.md section 4 prescribes for the
 parameters it was made with (recomputed here, not read from strata).
 
   check_mkmodel.py FILE --arch A --layers L --dim D --heads H --kv-heads K
@@ -85,7 +85,7 @@ def main():
     tmpl = val("tokenizer.chat_template") or ""
     expect("<|im_start|>" in tmpl, "chat_template is not ChatML")
 
-    # Tensors: names and shapes (ne order) of FORMATS.md 4.2.
+    # Tensors: names and shapes (ne order) of doc/formats.md 4.2.
     Dq, Dkv = H * HD, K * HD
     want = {"token_embd.weight": [D, a.vocab], "output_norm.weight": [D]}
     if not a.tied:

@@ -18,7 +18,7 @@ test/test_quant.c; also handy by hand.
 Q2_0 (ggml id 42, July 2026) is newer than the installed gguf package (0.19.0
 knows ids up to 41, Q1_0): for it this script registers the id with the
 reader (block 64, 18 bytes) and dequantizes with numpy straight from
-FORMATS.md §2.6: x = (code - 1) * d, code j at bits 2*(j%4) of byte j/4.
+doc/formats.md §2.6: x = (code - 1) * d, code j at bits 2*(j%4) of byte j/4.
 """
 import sys
 
@@ -90,7 +90,7 @@ def cmd_compare(tname, blocks_path, f32_path):
         print(f"FAIL {tname}: {len(bad)} of {ref.size} differ; first at {i}: "
               f"gguf {ref[i]!r} strata {got[i]!r}")
         return 1
-    print(f"ok {tname} {ref.size}" + (" (numpy FORMATS.md formula: gguf lacks id 42)"
+    print(f"ok {tname} {ref.size}" + (" (numpy doc/formats.md formula: gguf lacks id 42)"
                                        if int(qtype) == Q2_0_ID and Q2_0_SHIM else ""))
     return 0
 

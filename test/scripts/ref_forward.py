@@ -2,7 +2,7 @@
 """ref_forward.py: an independent float64 forward pass, the oracle strata's C
 engine is tested against.
 
-Written from shared/FORMATS.md section 4 only (not from strata's C code): the
+Written from doc/formats.md section 4 only (not from strata's C code): the
 weights come from the python `gguf` package's reader and dequantizers (plus
 ref_quants.py for what the package lacks), and every activation is float64.
 
@@ -20,7 +20,7 @@ KV cache (--kv):
   f64   keys and values kept exactly.
   k8v4  what strata's cache stores: each 32-element block of each per-token,
         per-kv-head K vector goes through Q8_0 and V through Q4_0 with ggml's
-        recipes in float32 (FORMATS.md 3.1, 3.2, 3.5) and is decoded again
+        recipes in float32 (doc/formats.md 3.1, 3.2, 3.5) and is decoded again
         before attention.  The current token's own K/V are quantized too
         (the engine appends first, then attends over the cache).
 

@@ -1,8 +1,8 @@
 """ref_quants.py: the quantization pieces the float64 reference needs that the
 python `gguf` package (0.19) does not provide, written in numpy from
-shared/FORMATS.md (not from strata's C code, so the two stay independent).
+doc/formats.md (not from strata's C code, so the two stay independent).
 
-  * Q2_0 (ggml id 42, FORMATS.md 2.6): the package does not know the id at
+  * Q2_0 (ggml id 42, doc/formats.md 2.6): the package does not know the id at
     all, so GGUFReader refuses the file.  register_q2_0() teaches the enum and
     the size table the id; dequantize() below decodes it.
   * IQ3_XXS (id 18, 2.7): the package has a decoder; ours is used only if it
@@ -12,9 +12,10 @@ shared/FORMATS.md (not from strata's C code, so the two stay independent).
     rounding matches what strata's cache stores.
 
 `python3 ref_quants.py --selftest [testvectors.txt]` checks every decoder and
-both KV recipes against the ggml-generated vectors in shared/formats.
+both KV recipes against the ggml-generated vectors in test/data/testvectors.txt.
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -66,23 +67,18 @@ def dequant_q2_0(blocks):
     return x.reshape(*shape[:-1], shape[-1] // 18 * 64)
 
 
-def _formats_dir():
+def _repo_file(*parts):
+    """A file of the strata tree, found from this script's place in it."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.environ.get("STRATA_FORMATS", ""),
-                 os.path.join(here, "..", "..", "..", "shared", "formats"),
-                 "/work/shared/formats"):
-        if cand and os.path.isfile(os.path.join(cand, "iq3xxs_grid.txt")):
-            return cand
-    return None
+    path = os.path.join(here, "..", "..", *parts)
+    return path if os.path.isfile(path) else None
 
 
 def _read_hex_table(path):
-    vals = []
+    """The 0x... values of a C include file (comments dropped)."""
     with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0]
-            vals += [int(t, 16) for t in line.replace(",", " ").split()]
-    return vals
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    return [int(t, 16) for t in re.findall(r"0x[0-9a-fA-F]+", text)]
 
 
 _IQ3 = {}
@@ -90,10 +86,10 @@ _IQ3 = {}
 
 def _iq3_tables():
     if not _IQ3:
-        fdir = _formats_dir()
-        grid = _read_hex_table(os.path.join(fdir, "iq3xxs_grid.txt")) if fdir else None
+        gpath = _repo_file("model", "iq3xxs_grid.inc")
+        grid = _read_hex_table(gpath) if gpath else None
         if not grid or len(grid) != 256:
-            raise RuntimeError("IQ3_XXS grid table not found (set STRATA_FORMATS)")
+            raise RuntimeError("IQ3_XXS grid table model/iq3xxs_grid.inc not found")
         g = np.array(grid, dtype=np.uint32)
         _IQ3["grid"] = np.stack([(g >> (8 * k)) & 255 for k in range(4)], axis=1).astype(np.float32)
         # 2.7: SIGNS[v] = v | parity(v) << 7
@@ -103,7 +99,7 @@ def _iq3_tables():
 
 
 def dequant_iq3_xxs_np(blocks):
-    """Our IQ3_XXS decoder (FORMATS.md 2.7), used when gguf lacks one."""
+    """Our IQ3_XXS decoder (doc/formats.md 2.7), used when gguf lacks one."""
     grid, signs = _iq3_tables()
     shape = blocks.shape
     b = blocks.reshape(-1, 98)
@@ -135,7 +131,7 @@ def dequantize(data, qtype):
     return gguf.quants.dequantize(data, qtype)
 
 
-# ---- k8v4 KV-cache simulation (FORMATS.md 3.1, 3.2, 3.5) -----------------
+# ---- k8v4 KV-cache simulation (doc/formats.md 3.1, 3.2, 3.5) -----------------
 #
 # Every step in float32, in the order ggml evaluates it; numpy float32 ops
 # round each result to float32 and never contract into an FMA, like the
@@ -205,15 +201,14 @@ def kv_q4_0_bytes(x):
     return bytes(out)
 
 
-# ---- self-test against shared/formats/testvectors.txt --------------------
+# ---- self-test against test/data/testvectors.txt -------------------------
 
 def selftest(path=None):
     if path is None:
-        fdir = _formats_dir()
-        if not fdir:
-            print("selftest: testvectors.txt not found (set STRATA_FORMATS)")
+        path = _repo_file("test", "data", "testvectors.txt")
+        if not path:
+            print("selftest: test/data/testvectors.txt not found")
             return 2
-        path = os.path.join(fdir, "testvectors.txt")
     types = {"q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1, "q5_0": QT.Q5_0,
              "q5_1": QT.Q5_1, "iq4_nl": QT.IQ4_NL, "q4_K": QT.Q4_K, "q6_K": QT.Q6_K,
              "iq3_xxs": QT.IQ3_XXS, "q2_0": QT(Q2_0_ID)}

@@ -12,7 +12,7 @@ gpt-2/default: ByteLevel alone), and print, for every corpus string:
 ordinary text (HF: encode_special_tokens = True).
 
 pieces mode (--pieces RULE): split every corpus string with the Python
-`regex` module and the pre-tokenizer regexes of FORMATS.md §5.3, printing
+`regex` module and the pre-tokenizer regexes of doc/formats.md §5.3, printing
 HEX TAB comma-separated HEX pieces; lets the C test check the qwen2 and
 llama3 rules without a Qwen or Llama model.
 
