@@ -190,6 +190,18 @@ static int file_type_of(int type)
     case GGML_TYPE_Q4_0: return 2;
     case GGML_TYPE_Q8_0: return 7;
     case GGML_TYPE_IQ3_XXS: return 23;
+    /* a whole file in one K/IQ type: the nearest llama_ftype (the _S
+     * variant for the K-quants, whose _M recipes promote some tensors) */
+    case GGML_TYPE_Q2_K: return 10;
+    case GGML_TYPE_Q3_K: return 11;
+    case GGML_TYPE_Q4_K: return 14;
+    case GGML_TYPE_Q5_K: return 16;
+    case GGML_TYPE_Q6_K: return 18;
+    case GGML_TYPE_IQ2_XXS: return 19;
+    case GGML_TYPE_IQ2_XS: return 20;
+    case 21 /* IQ3_S */: return 26;
+    case 22 /* IQ2_S */: return 28;
+    case 23 /* IQ4_XS */: return 30;
     case GGML_TYPE_BF16: return 32;
     default: return -1;
     }
