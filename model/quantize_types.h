@@ -7,7 +7,7 @@
  * ggml's reference quantizer for the type and reproduces its bytes, with
  * one deliberate exception in IQ3_S (quantize_iq3s.c).  ggml refuses to
  * quantize IQ2_XXS and IQ2_XS without an importance matrix; strata then
- * uses x^2 as the weights instead (doc/quant.md, "Quantizers"). */
+ * takes every importance as 1 (doc/quant.md, "Quantizers"). */
 #ifndef STRATA_QUANTIZE_TYPES_H
 #define STRATA_QUANTIZE_TYPES_H
 
