@@ -36,8 +36,7 @@ static void mkmodel_usage(FILE *f)
         "  --ctx C              context_length (default 4096)\n"
         "  --rope-base B        RoPE base (default 10000 llama, 1e6 qwen)\n"
         "  --eps E              RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
-        "  --type T             weight type: f32 f16 q8_0 q4_0 q2_0 iq3_xxs, q2_k..q6_k,\n"
-        "                       iq2_xxs iq2_xs iq2_s iq3_s iq4_xs (any type with a\n"
+        "  --type T             weight type: f32 f16 q8_0 q4_0 q2_0 iq3_xxs (any type with a\n"
         "                       quantizer); matrices whose rows are not a multiple of T's\n"
         "                       block fall back to q8_0 (or f32) and are listed\n"
         "  --tied               no output.weight: the logits reuse token_embd\n"
@@ -165,8 +164,8 @@ int cmd_mkmodel(int argc, char **argv)
             const type_traits *tt = type_traits_by_name(val);
             if (!tt || !tt->quant) {
                 fprintf(stderr,
-                        "strata-cli mkmodel: --type '%s': %s (use f32, f16, q8_0, q4_0, q2_0, "
-                        "iq3_xxs or a K/IQ type)\n", val, tt ? "strata has no quantizer for it" : "unknown type");
+                        "strata-cli mkmodel: --type '%s': %s (use f32, f16, q8_0, q4_0, q2_0 "
+                        "or iq3_xxs)\n", val, tt ? "strata has no quantizer for it" : "unknown type");
                 return 2;
             }
             p.type = tt->id;

@@ -137,7 +137,7 @@ static int check_params(const mkmodel_params *p, strata_error *err)
     if (!tt || !tt->quant)
         return strata_err(err, STRATA_E_ARG,
                           "mkmodel: --type %s: strata has no quantizer for it (use f32, f16, "
-                          "q8_0, q4_0, q2_0, iq3_xxs or a K/IQ type)", tt ? tt->name : "?");
+                          "q8_0, q4_0, q2_0 or iq3_xxs)", tt ? tt->name : "?");
     return 0;
 }
 
