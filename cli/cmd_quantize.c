@@ -25,7 +25,7 @@ static int usage(FILE *f)
             "  -q, --quiet               no per-tensor progress\n"
             "Norms and other 1-D tensors stay F32.  A tensor whose rows do not\n"
             "fit TYPE's block (256 for IQ3_XXS and the K/IQ types) falls back to\n"
-            "Q2_0 (for IQ3_XXS), Q8_0 or F16 and\n"
+            "Q2_0 (IQ3_XXS), Q4_0 (K/IQ types to 4.5 bpw), Q8_0 or F16 and\n"
             "is counted in the summary.\n");
     return 2;
 }

@@ -11,6 +11,7 @@
 
 #include "model/quant.h"
 #include "model/quantize_types.h"
+#include "model/make/quantize.h"
 
 
 /* ---- the vectors ---------------------------------------------------------- */
@@ -573,6 +574,37 @@ END_TEST
 
 /* ---- the commands ------------------------------------------------------------ */
 
+/* Rows that are not a multiple of 256 (SmolLM2's 576): the K/IQ types up to
+ * 4.5 bpw fall back to Q4_0, Q5_K and Q6_K to Q8_0; IQ3_XXS keeps Q2_0. */
+START_TEST(short_rows_fall_back)
+{
+    static const struct { int want, got; } cases[] = {
+        {10, GGML_TYPE_Q4_0}, {11, GGML_TYPE_Q4_0}, {12, GGML_TYPE_Q4_0},
+        {13, GGML_TYPE_Q8_0}, {14, GGML_TYPE_Q8_0}, {16, GGML_TYPE_Q4_0},
+        {17, GGML_TYPE_Q4_0}, {21, GGML_TYPE_Q4_0}, {22, GGML_TYPE_Q4_0},
+        {23, GGML_TYPE_Q4_0}, {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0},
+    };
+    const int64_t ne576[4] = {576, 64, 1, 1}, ne1536[4] = {1536, 576, 1, 1},
+                  ne100[4] = {100, 4, 1, 1};
+    strata_error err = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        quantize_params p = {.type = cases[i].want, .embed_type = -1};
+        int type, fb;
+        ck_assert_int_eq(quantize_choose_type(&p, "blk.0.attn_q.weight", 2, ne576, &type, &fb,
+                                              &err), 0);
+        ck_assert_msg(type == cases[i].got && fb == 1, "%s: 576-wide rows get %s",
+                      type_name(cases[i].want), type_name(type));
+        ck_assert_int_eq(quantize_choose_type(&p, "blk.0.ffn_down.weight", 2, ne1536, &type,
+                                              &fb, &err), 0);
+        ck_assert_int_eq(type, cases[i].want);
+        ck_assert_int_eq(fb, 0);
+        ck_assert_int_eq(quantize_choose_type(&p, "odd.weight", 2, ne100, &type, &fb, &err), 0);
+        ck_assert_int_eq(type, GGML_TYPE_F16);
+    }
+}
+END_TEST
+
+
 /* mkmodel writes each type directly; quantize converts an F16 model to it;
  * python gguf reads both files back and dequantizes every tensor. */
 START_TEST(cli_writes_every_type)
@@ -635,6 +667,7 @@ static Suite *quantize_types_suite(void)
     tcase_add_test(tc, iq3_s_zero_sub_block_stays_in_place);
     tcase_add_test(tc, edge_rows_and_block_independence);
     tcase_add_test(tc, blocks_decode_as_python_gguf_does);
+    tcase_add_test(tc, short_rows_fall_back);
     tcase_add_test(tc, cli_writes_every_type);
     suite_add_tcase(s, tc);
     return s;
