@@ -16,14 +16,16 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: strata-cli quantize [options] IN.gguf OUT.gguf TYPE\n"
-            "  TYPE: iq3_xxs, q2_0, q8_0, q4_0, f16 (also bf16, f32)\n"
+            "  TYPE: iq3_xxs, q2_0, q8_0, q4_0, f16 (also bf16, f32), or a K/IQ type:\n"
+            "        q2_k q3_k q4_k q5_k q6_k iq2_xxs iq2_xs iq2_s iq3_s iq4_xs\n"
             "  --keep-type PATTERN=TYPE  tensors matching the glob get TYPE\n"
             "                            (e.g. 'blk.*.ffn_down.weight=q8_0'; repeatable)\n"
             "  --embed-type TYPE         token_embd/output type (default q8_0)\n"
             "  -t, --threads N           encoder threads (default: one per core)\n"
             "  -q, --quiet               no per-tensor progress\n"
             "Norms and other 1-D tensors stay F32.  A tensor whose rows do not\n"
-            "fit TYPE's block (IQ3_XXS: 256) falls back to Q2_0, Q8_0 or F16 and\n"
+            "fit TYPE's block (256 for IQ3_XXS and the K/IQ types) falls back to\n"
+            "Q2_0 (IQ3_XXS), Q4_0 (K/IQ types to 4.5 bpw), Q8_0 or F16 and\n"
             "is counted in the summary.\n");
     return 2;
 }
@@ -34,7 +36,8 @@ static int parse_type(const char *s, const char *what)
     const type_traits *t = type_traits_by_name(s);
     if (!t || !t->quant) {
         fprintf(stderr, "quantize: %s '%s' is not a type strata can write "
-                        "(iq3_xxs, q2_0, q8_0, q4_0, f16, bf16, f32)\n", what, s);
+                        "(iq3_xxs, q2_0, q8_0, q4_0, f16, bf16, f32, q2_k..q6_k, iq2_xxs, iq2_xs, "
+                        "iq2_s, iq3_s, iq4_xs)\n", what, s);
         return -1;
     }
     return t->id;

@@ -6,15 +6,20 @@
 #include "model/quant.h"
 #include "model/quant_codecs.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
+
+#include "model/quantize_types.h"
 
 /* Row codecs: model/quant_legacy.c, quant_k.c, quant_q2_0.c, quant_iq3xxs.c
  * (declared in quant_codecs.h).  Quantizers exist for what strata writes:
  * its weight types (IQ3_XXS, Q2_0), the KV/fallback types (Q8_0, Q4_0) and
  * the float types. */
 
-static const type_traits traits[GGML_TYPE_COUNT] = {
+/* Not const: quant_register_quantizers (model/quantize_types.c) fills in
+ * the K- and IQ-type encoders once, before the first lookup. */
+static type_traits traits[GGML_TYPE_COUNT] = {
     [0] = {"F32", 0, 1, 4, dequant_row_f32, quant_row_f32},
     [1] = {"F16", 1, 1, 2, dequant_row_f16, quant_row_f16},
     [2] = {"Q4_0", 2, 32, 18, dequant_row_q4_0, quant_row_q4_0},
@@ -52,8 +57,16 @@ static const type_traits traits[GGML_TYPE_COUNT] = {
     [42] = {"Q2_0", 42, 64, 18, dequant_row_q2_0, quant_row_q2_0},
 };
 
+static pthread_once_t quantizers_once = PTHREAD_ONCE_INIT;
+
+static void add_quantizers(void)
+{
+    quant_register_quantizers(traits, GGML_TYPE_COUNT);
+}
+
 const type_traits *type_traits_get(int id)
 {
+    pthread_once(&quantizers_once, add_quantizers);
     if (id < 0 || id >= GGML_TYPE_COUNT || !traits[id].name)
         return NULL;
     return &traits[id];
@@ -61,6 +74,7 @@ const type_traits *type_traits_get(int id)
 
 const type_traits *type_traits_by_name(const char *name)
 {
+    pthread_once(&quantizers_once, add_quantizers);
     for (int i = 0; i < GGML_TYPE_COUNT; i++)
         if (traits[i].name && !strcasecmp(traits[i].name, name))
             return &traits[i];

@@ -181,7 +181,7 @@ START_TEST(traits_table_is_consistent)
     static const int decodable[] = {0, 1, 2, 3, 6, 7, 8, 12, 14, 18, 20, 30, 42};
     for (size_t i = 0; i < sizeof decodable / sizeof decodable[0]; i++)
         ck_assert_ptr_nonnull(type_traits_get(decodable[i])->dequant);
-    static const int encodable[] = {0, 1, 2, 8, 18, 30, 42};
+    static const int encodable[] = {0, 1, 2, 8, 10, 11, 12, 13, 14, 16, 17, 18, 21, 22, 23, 30, 42};
     for (size_t i = 0; i < sizeof encodable / sizeof encodable[0]; i++)
         ck_assert_ptr_nonnull(type_traits_get(encodable[i])->quant);
 }
@@ -412,9 +412,9 @@ START_TEST(quantizer_rejects_bad_input)
     ck_assert_int_eq(quantize_rows(GGML_TYPE_IQ3_XXS, x, 320, 1, out, NULL, 1, &err),
                      STRATA_E_ARG);
     ck_assert_ptr_nonnull(strstr(err.msg, "320"));
-    ck_assert_int_eq(quantize_rows(GGML_TYPE_Q4_K, x, 256, 1, out, NULL, 1, &err),
+    ck_assert_int_eq(quantize_rows(GGML_TYPE_Q4_1, x, 256, 1, out, NULL, 1, &err),
                      STRATA_E_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(err.msg, "Q4_K"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "Q4_1"));
     ck_assert_int_eq(quantize_rows(77, x, 256, 1, out, NULL, 1, &err), STRATA_E_UNSUPPORTED);
 
     /* the mix: fallbacks and overrides */
@@ -460,7 +460,7 @@ START_TEST(quantizer_rejects_bad_input)
     ck_assert_ptr_nonnull(strstr(err.msg, "trunc.gguf"));
     FILE *g = fopen(outp, "rb");
     ck_assert_msg(g == NULL, "a failed quantize left %s behind", outp);
-    p.type = GGML_TYPE_Q4_K;
+    p.type = GGML_TYPE_Q4_1;
     ck_assert_int_eq(quantize_file(in, outp, &p, &s, &err), STRATA_E_UNSUPPORTED);
 }
 END_TEST
@@ -647,9 +647,9 @@ START_TEST(cli_quantizes_a_small_model)
     quantize_and_check(in, "q8_0", "");
 
     /* bad type and bad override: usage errors, nothing written */
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s/bad.gguf q4_k 2>&1", test_cli(), in, test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/bad.gguf q4_1 2>&1", test_cli(), in, test_tmpdir());
     ck_assert_int_ne(test_run(cmd, &txt), 0);
-    ck_assert_ptr_nonnull(strstr(txt, "q4_k"));
+    ck_assert_ptr_nonnull(strstr(txt, "q4_1"));
     free(txt);
     snprintf(cmd, sizeof cmd, "%s quantize --keep-type 'blk.*.attn_q.weight=iq3_xxs' %s %s/bad.gguf q2_0 2>&1",
              test_cli(), in, test_tmpdir());

@@ -62,11 +62,20 @@ int quantize_choose_type(const quantize_params *p, const char *name,
     }
     /* §2.9: 256-element types do not divide 576-, 896- or 640-wide rows;
      * fall back to the smallest block that does, in quality order */
-    static const int chain[] = {GGML_TYPE_Q2_0, GGML_TYPE_Q8_0, GGML_TYPE_F16};
+    static const int chain[] = {GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_F16};
     const int low_bit = want == GGML_TYPE_IQ3_XXS || want == GGML_TYPE_Q2_0;
+    /* the K/IQ types up to 4.5 bits a weight take Q4_0, as llama.cpp sends
+     * Q2_K/Q3_K there (its IQ4_NL, Q5_0 for the IQ types and Q4_K have no
+     * encoder in strata); Q5_K and Q6_K keep Q8_0 */
+    const int k_low = want == GGML_TYPE_Q2_K || want == GGML_TYPE_Q3_K ||
+                      want == GGML_TYPE_Q4_K || want == GGML_TYPE_IQ2_XXS ||
+                      want == GGML_TYPE_IQ2_XS || want == 21 /* IQ3_S */ ||
+                      want == 22 /* IQ2_S */ || want == 23 /* IQ4_XS */;
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++) {
         /* Q2_0 only stands in for a low-bit target, never for Q4_0/Q8_0 */
         if (chain[i] == GGML_TYPE_Q2_0 && !low_bit)
+            continue;
+        if (chain[i] == GGML_TYPE_Q4_0 && !k_low)
             continue;
         if (type_fits(chain[i], ne[0])) {
             *type = chain[i];
@@ -190,6 +199,18 @@ static int file_type_of(int type)
     case GGML_TYPE_Q4_0: return 2;
     case GGML_TYPE_Q8_0: return 7;
     case GGML_TYPE_IQ3_XXS: return 23;
+    /* a whole file in one K/IQ type: the nearest llama_ftype (the _S
+     * variant for the K-quants, whose _M recipes promote some tensors) */
+    case GGML_TYPE_Q2_K: return 10;
+    case GGML_TYPE_Q3_K: return 11;
+    case GGML_TYPE_Q4_K: return 14;
+    case GGML_TYPE_Q5_K: return 16;
+    case GGML_TYPE_Q6_K: return 18;
+    case GGML_TYPE_IQ2_XXS: return 19;
+    case GGML_TYPE_IQ2_XS: return 20;
+    case 21 /* IQ3_S */: return 26;
+    case 22 /* IQ2_S */: return 28;
+    case 23 /* IQ4_XS */: return 30;
     case GGML_TYPE_BF16: return 32;
     default: return -1;
     }

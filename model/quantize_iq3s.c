@@ -1,0 +1,290 @@
+/* quantize_iq3s.c: IQ3_S quantizer, ggml's search (quantize_row_iq3_s_impl,
+ * 32-element sub-blocks) restated so the bytes equal ggml's -- except where
+ * ggml's are wrong.
+ *
+ * IQ3_S codes a 4-element group of magnitudes as one of 512 grid points
+ * (odd magnitudes 1..15, i.e. levels L = 0..7 standing for 2L+1) with 8
+ * explicit signs per 8 elements, a 4-bit scale per 32 elements and one fp16
+ * per 256.  Per sub-block: 19 trial inverse scales around 15/max; each
+ * group's levels are rounded, and a level pattern that is not a grid point
+ * takes the best of its nearest grid points (the three smallest distances,
+ * listed at start-up) under weights sqrt(w); the trial with the best
+ * weighted least-squares fit is kept and all eight groups are redone at its
+ * scale.
+ *
+ * ggml's bug: it advances its write positions for the index bytes and sign
+ * bytes only after a sub-block that is not all zero, while the high index
+ * bits and the scales are placed by sub-block number.  After an all-zero
+ * sub-block every later sub-block's index and sign bytes land one slot
+ * early and decode under the wrong high bits and scale.  strata writes
+ * every sub-block into its own slot (quant_row_iq3_s); the _ggml variant
+ * keeps ggml's placement, only so the tests can compare with ggml's
+ * bytes.  The two differ only in blocks with an all-zero sub-block. */
+#include "model/quantize_types.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "model/quant.h"
+#include "model/quant_codecs.h"
+
+static const uint32_t grid3s[512] = {
+#include "model/iq3s_grid.inc"
+};
+
+/* Neighbour storage: measured total for this grid ~15k entries plus one
+ * count per off-grid code; the cap leaves room and is checked. */
+#define IQ3S_NB_CAP 65536
+
+static struct {
+    uint8_t lev[512][4];
+    int32_t map[4096];         /* grid index, or -(offset into nb) - 1 */
+    uint16_t nb[IQ3S_NB_CAP];  /* per off-grid code: count, then indices */
+    int ok;
+} t3;
+
+static pthread_once_t t3_once = PTHREAD_ONCE_INIT;
+
+static void t3_init(void)
+{
+    for (int c = 0; c < 4096; c++)
+        t3.map[c] = -1;
+    for (int j = 0; j < 512; j++) {
+        int code = 0;
+        for (int k = 0; k < 4; k++) {
+            const unsigned mag = (grid3s[j] >> 8 * k) & 0xff;
+            if (!(mag & 1) || mag > 15)
+                return; /* t3.ok stays 0: not an IQ3_S grid */
+            t3.lev[j][k] = (uint8_t)((mag - 1) / 2);
+            code |= t3.lev[j][k] << 3 * k;
+        }
+        t3.map[code] = j;
+    }
+    size_t used = 0;
+    for (int c = 0; c < 4096; c++) {
+        if (t3.map[c] >= 0)
+            continue;
+        /* the three smallest distinct squared distances, ascending, then
+         * every point at each of them in index order */
+        int dist[512], dm[3] = {INT32_MAX, INT32_MAX, INT32_MAX};
+        for (int j = 0; j < 512; j++) {
+            int s = 0;
+            for (int k = 0; k < 4; k++) {
+                const int diff = 2 * (t3.lev[j][k] - ((c >> 3 * k) & 7));
+                s += diff * diff;
+            }
+            dist[j] = s;
+            for (int m = 0; m < 3; m++) {
+                if (s == dm[m])
+                    break;
+                if (s < dm[m]) {
+                    for (int r = 2; r > m; r--)
+                        dm[r] = dm[r - 1];
+                    dm[m] = s;
+                    break;
+                }
+            }
+        }
+        const size_t start = used++;
+        int n = 0;
+        for (int m = 0; m < 3 && dm[m] != INT32_MAX; m++)
+            for (int j = 0; j < 512; j++)
+                if (dist[j] == dm[m]) {
+                    if (used >= IQ3S_NB_CAP)
+                        return;
+                    t3.nb[used++] = (uint16_t)j;
+                    n++;
+                }
+        t3.nb[start] = (uint16_t)n;
+        t3.map[c] = -(int32_t)start - 1;
+    }
+    t3.ok = 1;
+}
+
+/* Levels of one 4-group at inverse scale id, snapped to the best neighbour
+ * under scale s when off the grid; returns the grid index. */
+static int t3_group(const float *tv, const float *u, float id, float s, int8_t *L,
+                    int *on_grid)
+{
+    int code = 0;
+    for (int k = 0; k < 4; k++) {
+        int l = quant_nearest_int(0.5f * (id * tv[k] - 1));
+        l = l < 0 ? 0 : l > 7 ? 7 : l;
+        L[k] = (int8_t)l;
+        code |= l << 3 * k;
+    }
+    const int32_t m = t3.map[code];
+    *on_grid = m >= 0;
+    if (m >= 0)
+        return m;
+    const uint16_t *nb = t3.nb + (-m - 1);
+    float best = FLT_MAX;
+    int gi = nb[1];
+    for (int j = 1; j <= nb[0]; j++) {
+        float d2 = 0;
+        for (int k = 0; k < 4; k++) {
+            const float q = (float)(2 * t3.lev[nb[j]][k] + 1);
+            const float diff = s * q - tv[k];
+            d2 += u[k] * diff * diff;
+        }
+        if (d2 < best) {
+            best = d2;
+            gi = nb[j];
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        L[k] = (int8_t)t3.lev[gi][k];
+    return gi;
+}
+
+static void t3_sums(const float *w, const float *tv, const int8_t *L, float *A, float *B)
+{
+    float a = 0, b = 0;
+    for (int i = 0; i < 32; i++) {
+        const float q = 2 * L[i] + 1;
+        a += w[i] * tv[i] * q;
+        b += w[i] * q * q;
+    }
+    *A = a;
+    *B = b;
+}
+
+/* One 32-element sub-block: 8 grid indices and 4 sign bytes; returns the
+ * scale (>= 0), or -1 for an all-zero sub-block (nothing written). */
+static float t3_sub(const float *xb, const float *w, int *gi, uint8_t *signs)
+{
+    float u[32], tv[32];
+    int8_t L[32] = {0}, La[32];
+    int on[8], on_a[8], dummy;
+    for (int i = 0; i < 32; i++)
+        u[i] = sqrtf(w[i]);
+    for (int k = 0; k < 4; k++) {
+        uint8_t s = 0;
+        for (int i = 0; i < 8; i++) {
+            const float v = xb[8 * k + i];
+            tv[8 * k + i] = v >= 0 ? v : -v;
+            if (v < 0)
+                s |= (uint8_t)(1 << i);
+        }
+        signs[k] = s;
+    }
+    float max = tv[0];
+    for (int i = 1; i < 32; i++)
+        max = tv[i] > max ? tv[i] : max;
+    if (!max)
+        return -1;
+    float best = 0, scale = max / 15, A, B;
+    for (int k = 0; k < 8; k++)
+        on[k] = 0;
+    for (int is = -9; is <= 9; is++) {
+        const float id = (15 + is * 0.2f) / max, s = 1 / id;
+        for (int k = 0; k < 8; k++)
+            t3_group(tv + 4 * k, u + 4 * k, id, s, La + 4 * k, &on_a[k]);
+        t3_sums(w, tv, La, &A, &B);
+        if (B > 0 && A * A > best * B) {
+            scale = A / B;
+            best = scale * A;
+            memcpy(L, La, sizeof L);
+            memcpy(on, on_a, sizeof on);
+        }
+    }
+    int off = 0;
+    for (int k = 0; k < 8; k++)
+        off += !on[k];
+    if (off > 0 && scale > 0) { /* ggml redoes all eight groups here */
+        const float id = 1 / scale;
+        for (int k = 0; k < 8; k++)
+            t3_group(tv + 4 * k, u + 4 * k, id, scale, L + 4 * k, &dummy);
+        t3_sums(w, tv, L, &A, &B);
+        if (B > 0)
+            scale = A / B;
+    }
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; k++)
+            signs[k] = (uint8_t)~signs[k];
+    }
+    for (int k = 0; k < 8; k++) {
+        const int code = L[4 * k] | L[4 * k + 1] << 3 | L[4 * k + 2] << 6 | L[4 * k + 3] << 9;
+        gi[k] = t3.map[code] >= 0 ? t3.map[code] : 0; /* always a grid point */
+    }
+    return scale;
+}
+
+/* Layout: d | qs[64] @2 | qh[8] @66 | signs[32] @74 | scales[4] @106. */
+static void t3_block(const float *x, const float *qw, uint8_t *b, int ggml_layout)
+{
+    float scales[8], w[32];
+    float sumx2 = 0;
+    for (int i = 0; i < QK_K; i++)
+        sumx2 += x[i] * x[i];
+    const float sigma2 = 2 * sumx2 / QK_K;
+    memset(b, 0, 110);
+    uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74;
+    float max_scale = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        const float *xb = x + 32 * ib;
+        for (int i = 0; i < 32; i++)
+            w[i] = qw ? qw[32 * ib + i] * sqrtf(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
+        int gi[8];
+        uint8_t signs[4];
+        const float scale = t3_sub(xb, w, gi, signs);
+        scales[ib] = scale > 0 ? scale : 0;
+        if (scale < 0) {
+            if (!ggml_layout) { /* the empty sub-block keeps its slot */
+                qs += 8;
+                sg += 4;
+            }
+            continue;
+        }
+        for (int k = 0; k < 8; k++) {
+            qs[k] = (uint8_t)gi[k];
+            qh[ib] |= (uint8_t)((gi[k] >> 8) << k);
+        }
+        memcpy(sg, signs, 4);
+        qs += 8;
+        sg += 4;
+        max_scale = scale > max_scale ? scale : max_scale;
+    }
+    if (!max_scale) {
+        memset(b, 0, 110);
+        return;
+    }
+    const float d = max_scale / 31;
+    const uint16_t dh = f32_to_fp16(d * 1.033f);
+    memcpy(b, &dh, 2);
+    const float id = 1 / d;
+    for (int ib = 0; ib < 8; ib += 2) {
+        int l1 = quant_nearest_int(0.5f * (id * scales[ib] - 1));
+        int l2 = quant_nearest_int(0.5f * (id * scales[ib + 1] - 1));
+        l1 = l1 < 0 ? 0 : l1 > 15 ? 15 : l1;
+        l2 = l2 < 0 ? 0 : l2 > 15 ? 15 : l2;
+        b[106 + ib / 2] = (uint8_t)(l1 | l2 << 4);
+    }
+}
+
+static void t3_row(const float *src, void *dst, int64_t n, const float *imatrix,
+                   int ggml_layout)
+{
+    pthread_once(&t3_once, t3_init);
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 110) {
+        if (!t3.ok) { /* unreachable with the fixed grid; never crash */
+            memset(b, 0, 110);
+            continue;
+        }
+        t3_block(src + i * QK_K, imatrix ? imatrix + i * QK_K : NULL, b, ggml_layout);
+    }
+}
+
+void quant_row_iq3_s(const float *src, void *dst, int64_t n, const float *imatrix)
+{
+    t3_row(src, dst, n, imatrix, 0);
+}
+
+void quant_row_iq3_s_ggml(const float *src, void *dst, int64_t n, const float *imatrix)
+{
+    t3_row(src, dst, n, imatrix, 1);
+}
