@@ -7,7 +7,7 @@
  * field and the value.
  *
  * Writer: collects metadata and tensors, then writes a GGUF v3 file with the
- * alignment honoured, atomically (temp file + rename). */
+ * alignment honoured, atomically (base/safe_write.h). */
 #ifndef STRATA_GGUF_H
 #define STRATA_GGUF_H
 
@@ -129,7 +129,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                            uint32_t n_dims, const int64_t *ne,
                            const void *data, uint64_t nbytes, strata_error *err);
 
-/* Write to path.tmp, fsync, rename to path.  On failure nothing is left. */
+/* Write to a unique temporary beside path, fsync, rename over path
+ * (base/safe_write.h: path must be a regular file or new; a symbolic link
+ * is written through).  On failure nothing is left and path is untouched. */
 int gguf_writer_write(gguf_writer *w, const char *path, strata_error *err);
 
 #endif
