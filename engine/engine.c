@@ -114,8 +114,9 @@ static int count_list(const char *spec)
 }
 
 /* Touch the mapped weights page by page so the load shows progress and the
- * first token does not pay for page faults. */
-static void prefault(const model *m, const strata_params *p)
+ * first token does not pay for page faults; p->load_cancel (Ctrl-C) can stop
+ * it between tensors. */
+static int prefault(const model *m, const strata_params *p, strata_error *err)
 {
     uint64_t total = 0, done = 0, last = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++)
@@ -124,6 +125,9 @@ static void prefault(const model *m, const strata_params *p)
     volatile unsigned char sink = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->g, i);
+        if (p->load_cancel && p->load_cancel(p->load_cancel_user))
+            return strata_err(err, STRATA_E_CANCELLED, "%s: loading stopped (interrupted)",
+                              p->model_path);
         const unsigned char *d = t->data;
         for (uint64_t o = 0; o < t->nbytes; o += (uint64_t)pg)
             sink ^= d[o];
@@ -134,6 +138,7 @@ static void prefault(const model *m, const strata_params *p)
         }
     }
     (void)sink;
+    return 0;
 }
 
 /* ---- open / close -------------------------------------------------------- */
@@ -279,7 +284,7 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
     if (!rc)
         rc = make_stages(e, err);
     if (!rc && e->backend == STRATA_BACKEND_CPU)
-        prefault(e->m, p);
+        rc = prefault(e->m, p, err);
     if (!rc && e->backend == STRATA_BACKEND_CUDA)
         rc = cuda_engine_init(e, err);
     if (!rc)

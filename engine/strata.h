@@ -43,6 +43,11 @@ typedef struct strata_params {
     /* called while weights load: done/total bytes */
     void (*progress)(uint64_t done, uint64_t total, void *user);
     void *progress_user;
+    /* polled before each tensor (CPU) or layer (CUDA) while weights load:
+     * nonzero stops the load, and strata_open returns STRATA_E_CANCELLED
+     * (the CLI's Ctrl-C); NULL: never */
+    int (*load_cancel)(void *user);
+    void *load_cancel_user;
 } strata_params;
 
 /* Defaults for every field (model_path NULL). */

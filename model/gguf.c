@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -622,10 +624,72 @@ int gguf_open_mem(const void *buf, size_t len, const char *name, gguf **out,
     return 0;
 }
 
+/* ---- the registry of mapped files ------------------------------------- */
+
+/* Every file gguf_open maps is listed here so that a SIGBUS handler (the
+ * CLI's) can tell "this address lies in model file X, which was truncated
+ * under us" from any other bus error.  The handler reads the table without
+ * a lock: an entry is published base last and withdrawn base first, so a
+ * reader never pairs a base with a stale size or path. */
+#define MAX_MAPS 64
+static _Atomic(uintptr_t) map_base[MAX_MAPS];
+static _Atomic(size_t) map_size[MAX_MAPS];
+static _Atomic(const char *) map_path[MAX_MAPS];
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void map_register(const void *base, size_t size, const char *path)
+{
+    pthread_mutex_lock(&map_lock);
+    for (int i = 0; i < MAX_MAPS; i++) {
+        if (atomic_load(&map_base[i]))
+            continue;
+        atomic_store(&map_size[i], size);
+        atomic_store(&map_path[i], path);
+        atomic_store(&map_base[i], (uintptr_t)base);
+        break;
+    }
+    /* more than MAX_MAPS files at once: the extra ones are not reported by
+     * name (a bus error there stays a bus error) */
+    pthread_mutex_unlock(&map_lock);
+}
+
+static void map_unregister(const void *base)
+{
+    pthread_mutex_lock(&map_lock);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (atomic_load(&map_base[i]) == (uintptr_t)base)
+            atomic_store(&map_base[i], 0);
+    pthread_mutex_unlock(&map_lock);
+}
+
+const char *gguf_mapped_file_at(const void *addr)
+{
+    uintptr_t a = (uintptr_t)addr;
+    for (int i = 0; i < MAX_MAPS; i++) {
+        uintptr_t b = atomic_load(&map_base[i]);
+        if (b && a >= b && a - b < atomic_load(&map_size[i]))
+            return atomic_load(&map_path[i]);
+    }
+    return NULL;
+}
+
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
 int gguf_open(const char *path, gguf **out, strata_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (or a tty) given as the model would block open()
+     * until a writer appears; opened this way it is refused below instead.
+     * On a regular file the flag changes nothing (mmap only). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return strata_err(err, errno == ENOENT ? STRATA_E_NOTFOUND : STRATA_E_IO,
                           "%s: cannot open: %s", path, strerror(errno));
@@ -637,7 +701,8 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return strata_err(err, STRATA_E_IO, "%s: not a regular file", path);
+        return strata_err(err, STRATA_E_IO, "%s: is %s, not a regular file (a model must be "
+                          "a GGUF file on disk)", path, file_kind(st.st_mode));
     }
     if (st.st_size == 0) {
         close(fd);
@@ -657,6 +722,7 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
     g->map = map;
     g->base = map;
     g->size = (uint64_t)st.st_size;
+    map_register(map, (size_t)st.st_size, g->path);
     int rc = parse(g, err);
     if (rc) {
         gguf_close(g);
@@ -676,8 +742,10 @@ void gguf_close(gguf *g)
     index_free(&g->tensor_names, g->tensors ? g->n_tensors : 0);
     free(g->kv);
     free(g->tensors);
-    if (g->map)
+    if (g->map) {
+        map_unregister(g->map);
         munmap(g->map, (size_t)g->size);
+    }
     free(g->path);
     free(g);
 }

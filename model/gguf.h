@@ -67,6 +67,11 @@ int gguf_open(const char *path, gguf **out, strata_error *err);
 int gguf_open_mem(const void *buf, size_t len, const char *name, gguf **out,
                   strata_error *err);
 void gguf_close(gguf *g);
+/* The path of the file gguf_open mapped at addr, or NULL when addr lies in
+ * no open file's mapping.  Async-signal-safe (lock-free reads): for a
+ * SIGBUS handler, which gets this when a mapped file was truncated while in
+ * use (the CLI's reports it; doc/engine.md, "Loading"). */
+const char *gguf_mapped_file_at(const void *addr);
 
 const char *gguf_path(const gguf *g);
 uint32_t gguf_version(const gguf *g);

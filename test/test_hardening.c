@@ -249,6 +249,315 @@ START_TEST(cli_mkmodel_refuses_fifo)
 }
 END_TEST
 
+/* ---- load ---------------------------------------------------------------- */
+
+/* A small random llama (2 layers, dim 64, vocab 300) in dir as NAME. */
+static void small_model(const char *dir, const char *name, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    mkmodel_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.arch = "llama";
+    mp.n_layer = 2;
+    mp.n_embd = 64;
+    mp.n_head = 2;
+    mp.n_ff = 64;
+    mp.n_vocab = 300;
+    mp.type = GGML_TYPE_Q8_0;
+    mp.seed = 7;
+    mp.n_threads = 1;
+    strata_error err = {0};
+    ck_assert_msg(mkmodel_write(&mp, path, &err) == 0, "mkmodel: %s", err.msg);
+}
+
+/* What to change when copying a model file. */
+typedef struct edit {
+    const char *f32_key; /* set this f32 key ... */
+    float f32;           /* ... to this */
+    const char *u32_key;
+    uint32_t u32;
+    int drop_tokens;     /* shorten tokenizer.ggml.tokens by this many */
+} edit;
+
+/* Copy src to dst record by record with the GGUF writer, applying e. */
+static void rewrite(const char *src, const char *dst, const edit *e)
+{
+    gguf *g = NULL;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(src, &g, &err) == 0, "%s", err.msg);
+    gguf_writer *w = gguf_writer_new(gguf_alignment(g));
+    ck_assert_ptr_nonnull(w);
+    const char **toks = NULL;
+    for (uint64_t i = 0; i < gguf_n_kv(g); i++) {
+        const gguf_kv *kv = gguf_kv_at(g, i);
+        if (e->drop_tokens && !strcmp(kv->key, "tokenizer.ggml.tokens")) {
+            uint64_t n = kv->n - (uint64_t)e->drop_tokens;
+            toks = calloc(n, sizeof *toks);
+            for (uint64_t k = 0; k < n; k++)
+                toks[k] = strndup(kv->strs[k].p, kv->strs[k].len);
+            ck_assert_int_eq(gguf_writer_set_str_array(w, kv->key, toks, n), 0);
+            for (uint64_t k = 0; k < n; k++)
+                free((void *)toks[k]);
+            free(toks);
+            continue;
+        }
+        ck_assert_int_eq(gguf_writer_copy_kv(w, kv), 0);
+    }
+    if (e->f32_key)
+        ck_assert_int_eq(gguf_writer_set_f32(w, e->f32_key, e->f32), 0);
+    if (e->u32_key)
+        ck_assert_int_eq(gguf_writer_set_u32(w, e->u32_key, e->u32), 0);
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        ck_assert_int_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                                t->nbytes, &err), 0);
+    }
+    ck_assert_msg(gguf_writer_write(w, dst, &err) == 0, "%s", err.msg);
+    gguf_writer_free(w);
+    gguf_close(g);
+}
+
+/* model_load of path must fail with a message containing want. */
+static void expect_load_error(const char *path, const char *want, const char *what)
+{
+    model *m = NULL;
+    strata_error err = {0};
+    int rc = model_load(path, &m, &err);
+    ck_assert_msg(rc != 0, "%s: loaded", what);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "%s: message '%s' lacks '%s'", what, err.msg,
+                  want);
+}
+
+/* A FIFO as the model used to block open() until a writer came. */
+START_TEST(load_refuses_fifo)
+{
+    const char *dir = test_tmpdir();
+    char p[1024];
+    snprintf(p, sizeof p, "%s/model.fifo", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    expect_load_error(p, "FIFO", "fifo");
+    expect_load_error(dir, "directory", "directory");
+    expect_load_error("/dev/zero", "character device", "device");
+    rm_rf(dir);
+}
+END_TEST
+
+/* NaN, zero or negative rms epsilon and RoPE base, named at load (they used
+ * to run and answer nothing, exit 0). */
+START_TEST(load_rejects_absurd_hparams)
+{
+    const char *dir = test_tmpdir();
+    char src[1024], dst[1100];
+    small_model(dir, "m.gguf", src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/bad.gguf", dir);
+    model *m = NULL;
+    strata_error err = {0};
+    ck_assert_msg(model_load(src, &m, &err) == 0, "%s", err.msg); /* the good one loads */
+    model_free(m);
+    static const struct { const char *key; float v; } bad[] = {
+        {"llama.attention.layer_norm_rms_epsilon", NAN},
+        {"llama.attention.layer_norm_rms_epsilon", -1e-5f},
+        {"llama.attention.layer_norm_rms_epsilon", 0.0f},
+        {"llama.attention.layer_norm_rms_epsilon", INFINITY},
+        {"llama.rope.freq_base", 0.0f},
+        {"llama.rope.freq_base", -10000.0f},
+        {"llama.rope.freq_base", NAN},
+        {"llama.rope.freq_base", INFINITY},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        edit e = {.f32_key = bad[i].key, .f32 = bad[i].v};
+        rewrite(src, dst, &e);
+        char what[128];
+        snprintf(what, sizeof what, "%s = %g", bad[i].key, bad[i].v);
+        expect_load_error(dst, bad[i].key, what);
+    }
+    rm_rf(dir);
+}
+END_TEST
+
+/* The vocabulary must match token_embd's rows; layers past block_count are
+ * an error naming the first extra tensor. */
+START_TEST(load_rejects_vocab_and_layer_mismatch)
+{
+    const char *dir = test_tmpdir();
+    char src[1024], dst[1100];
+    small_model(dir, "m.gguf", src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/bad.gguf", dir);
+    edit e = {.drop_tokens = 1};
+    rewrite(src, dst, &e);
+    expect_load_error(dst, "tokenizer.ggml.tokens has 299 tokens but token_embd.weight has 300",
+                      "short vocabulary");
+    edit e2 = {.u32_key = "llama.block_count", .u32 = 1};
+    rewrite(src, dst, &e2);
+    expect_load_error(dst, "tensor 'blk.1.", "block_count 1 of 2 layers");
+    rm_rf(dir);
+}
+END_TEST
+
+/* strata_params.load_cancel stops strata_open with STRATA_E_CANCELLED. */
+static int cancel_now(void *user)
+{
+    ++*(int *)user;
+    return 1;
+}
+
+START_TEST(load_cancel_stops_open)
+{
+    const char *dir = test_tmpdir();
+    char src[1024];
+    small_model(dir, "m.gguf", src, sizeof src);
+    strata_params p = strata_params_default();
+    p.model_path = src;
+    p.backend = STRATA_BACKEND_CPU;
+    p.quiet = 1;
+    int calls = 0;
+    p.load_cancel = cancel_now;
+    p.load_cancel_user = &calls;
+    strata_engine *e = NULL;
+    strata_error err = {0};
+    ck_assert_int_eq(strata_open(&p, &e, &err), STRATA_E_CANCELLED);
+    ck_assert_ptr_null(e);
+    ck_assert_int_eq(calls, 1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "loading stopped"));
+    rm_rf(dir);
+}
+END_TEST
+
+/* Run a command in the background with STRATA_TEST_PAUSE_IN_LOAD, wait for
+ * it to reach the pause, do `action` (a shell snippet; $pid is the command),
+ * release it and print "status=N" and its stderr. */
+static int run_paused(char **out, const char *dir, const char *cmd, const char *action)
+{
+    return test_runf(out,
+                     "cd '%s' && { STRATA_TEST_PAUSE_IN_LOAD='%s/ready' %s </dev/null >/dev/null "
+                     "2>'%s/err' & pid=$!; i=0; while [ ! -e '%s/ready' ] && [ $i -lt 1200 ]; do "
+                     "sleep 0.05; i=$((i+1)); done; %s; rm -f '%s/ready'; wait $pid; "
+                     "echo \"status=$?\"; cat '%s/err'; }",
+                     dir, dir, cmd, dir, dir, action, dir, dir);
+}
+
+/* A model truncated under its mapping: a message and exit 74, not SIGBUS
+ * (status 135).  The pause holds the load after the mapping is made. */
+START_TEST(cli_truncated_model_reports)
+{
+    NEED_CLI();
+    const char *dir = test_tmpdir();
+    char src[1024], cmd[2200];
+    small_model(dir, "m.gguf", src, sizeof src);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hello -n 4 --temp 0 --backend cpu", cli, src);
+    char *out = NULL;
+    run_paused(&out, dir, cmd, "truncate -s 4096 m.gguf");
+    ck_assert_msg(strstr(out, "status=74") != NULL, "output: %s", out);
+    ck_assert_msg(strstr(out, "model file") && strstr(out, "m.gguf") &&
+                  strstr(out, "changed on disk while in use"), "output: %s", out);
+    free(out);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Ctrl-C while loading: run and chat stop at the next tensor, exit 130
+ * (chat used to ignore it until the load ended). */
+START_TEST(cli_ctrl_c_stops_load)
+{
+    NEED_CLI();
+    const char *dir = test_tmpdir();
+    char src[1024], cmd[2200];
+    small_model(dir, "m.gguf", src, sizeof src);
+    static const char *what[] = {"run -p hello -n 4", "chat -n 4"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s -m '%s' --temp 0 --backend cpu", cli, what[k], src);
+        char *out = NULL;
+        run_paused(&out, dir, cmd, "kill -INT $pid");
+        ck_assert_msg(strstr(out, "status=130") != NULL, "%s: output: %s", what[k], out);
+        ck_assert_msg(strstr(out, "loading stopped") != NULL, "%s: output: %s", what[k], out);
+        free(out);
+    }
+    rm_rf(dir);
+}
+END_TEST
+
+/* Absurd hyper-parameters through the CLI: exit 1 with the key named
+ * (it used to print an empty answer and exit 0). */
+START_TEST(cli_absurd_hparams_exit_1)
+{
+    NEED_CLI();
+    const char *dir = test_tmpdir();
+    char src[1024], dst[1100];
+    small_model(dir, "m.gguf", src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/bad.gguf", dir);
+    edit e = {.f32_key = "llama.attention.layer_norm_rms_epsilon", .f32 = NAN};
+    rewrite(src, dst, &e);
+    char *out = NULL;
+    int rc = test_runf(&out, "'%s' run -m '%s' -p hello -n 4 --temp 0 --backend cpu 2>&1", cli,
+                       dst);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "layer_norm_rms_epsilon = nan") != NULL, "output: %s", out);
+    free(out);
+    rm_rf(dir);
+}
+END_TEST
+
+/* ---- kv ------------------------------------------------------------------- */
+
+/* NaN and Inf in a K or V block give a defined block: finite elements keep
+ * the codes they would have with the NaN as 0, a NaN gets zero's code, an
+ * Inf makes every code zero's.  Under UBSan the old code reported a left
+ * shift of a negative value (and, at -O2, wrote garbage nibbles). */
+START_TEST(kv_quant_defined_for_nan_inf)
+{
+    float x[64], ref[64];
+    test_fill_normal(x, 64, 1.0f, 11);
+    int8_t qk[64], qk_ref[64];
+    uint8_t qv[32], qv_ref[32];
+    uint16_t dk[2], dv[2], dk_ref[2], dv_ref[2];
+    /* block 0: one NaN among finite values */
+    memcpy(ref, x, sizeof x);
+    ref[5] = 0.0f;
+    x[5] = NAN;
+    /* block 1: an Inf */
+    x[32 + 20] = -INFINITY;
+    ref[32 + 20] = 0.0f;
+    cpu_quant_k8(x, 64, qk, dk);
+    cpu_quant_v4(x, 64, qv, dv);
+    cpu_quant_k8(ref, 64, qk_ref, dk_ref);
+    cpu_quant_v4(ref, 64, qv_ref, dv_ref);
+    ck_assert_int_eq(dk[0], dk_ref[0]);
+    ck_assert_int_eq(dv[0], dv_ref[0]);
+    for (int j = 0; j < 32; j++)
+        ck_assert_msg(qk[j] == qk_ref[j], "k8 code %d: %d vs %d", j, qk[j], qk_ref[j]);
+    for (int j = 0; j < 16; j++)
+        ck_assert_msg(qv[j] == qv_ref[j], "v4 byte %d: %02x vs %02x", j, qv[j], qv_ref[j]);
+    /* the Inf block: scale Inf (k: +Inf; v: the sign flips, d = v / -8),
+     * every code that of zero */
+    ck_assert(isinf(fp16_to_f32(dk[1])));
+    ck_assert(isinf(fp16_to_f32(dv[1])));
+    for (int j = 32; j < 64; j++)
+        ck_assert_int_eq(qk[j], 0);
+    for (int j = 16; j < 32; j++)
+        ck_assert_int_eq(qv[j], 0x88);
+    /* a block of NaN only: zero scales, zero codes, zeros back */
+    for (int j = 0; j < 32; j++)
+        x[j] = NAN;
+    cpu_quant_k8(x, 32, qk, dk);
+    cpu_quant_v4(x, 32, qv, dv);
+    float back[32];
+    cpu_dequant_k8(qk, dk, 32, back);
+    for (int j = 0; j < 32; j++)
+        ck_assert(back[j] == 0.0f);
+    cpu_dequant_v4(qv, dv, 32, back);
+    for (int j = 0; j < 32; j++)
+        ck_assert(back[j] == 0.0f);
+    /* huge finite values stay in range */
+    for (int j = 0; j < 32; j++)
+        x[j] = (j & 1 ? -3e38f : 3e38f) / (float)(j + 1);
+    cpu_quant_k8(x, 32, qk, dk);
+    cpu_quant_v4(x, 32, qv, dv);
+    ck_assert_int_eq(qk[0], 127);
+    ck_assert_int_eq(qv[0] & 15, 0); /* the largest element maps to code 0 */
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -260,6 +569,19 @@ static Suite *hardening_suite(void)
     tcase_add_test(w, cli_mkmodel_refuses_fifo);
     tcase_set_timeout(w, 60);
     suite_add_tcase(s, w);
+    TCase *l = tcase_create("load");
+    tcase_add_test(l, load_refuses_fifo);
+    tcase_add_test(l, load_rejects_absurd_hparams);
+    tcase_add_test(l, load_rejects_vocab_and_layer_mismatch);
+    tcase_add_test(l, load_cancel_stops_open);
+    tcase_add_test(l, cli_truncated_model_reports);
+    tcase_add_test(l, cli_ctrl_c_stops_load);
+    tcase_add_test(l, cli_absurd_hparams_exit_1);
+    tcase_set_timeout(l, 120);
+    suite_add_tcase(s, l);
+    TCase *k = tcase_create("kv");
+    tcase_add_test(k, kv_quant_defined_for_nan_inf);
+    suite_add_tcase(s, k);
     return s;
 }
 TEST_SUITE(hardening_suite)
