@@ -558,6 +558,69 @@ START_TEST(kv_quant_defined_for_nan_inf)
 }
 END_TEST
 
+/* ---- sizes ---------------------------------------------------------------- */
+
+/* Engine sizes: each beyond its limit, and a product of two accepted ones
+ * past INT_MAX (n_slots x pages used to be an int and wrap). */
+START_TEST(engine_size_limits)
+{
+    const char *dir = test_tmpdir();
+    char src[1024];
+    small_model(dir, "m.gguf", src, sizeof src);
+    static const struct { int ctx, slots, chunk; const char *want; } cases[] = {
+        {STRATA_MAX_CTX + 1, 1, 0, "-c 16777217 is more than strata supports"},
+        {0, 1000000000, 0, "--batch 1000000000 is more than strata supports"},
+        {0, 1, STRATA_MAX_CHUNK + 1, "--chunk 65537 is more than strata supports"},
+        {STRATA_MAX_CTX, STRATA_MAX_SLOTS, 0, "KV pages per stage"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strata_params p = strata_params_default();
+        p.model_path = src;
+        p.backend = STRATA_BACKEND_CPU;
+        p.quiet = 1;
+        p.n_ctx = cases[i].ctx;
+        p.n_slots = cases[i].slots;
+        p.n_chunk = cases[i].chunk;
+        strata_engine *e = NULL;
+        strata_error err = {0};
+        int rc = strata_open(&p, &e, &err);
+        ck_assert_msg(rc == STRATA_E_ARG, "case %zu: rc %d (%s)", i, rc, err.msg);
+        ck_assert_ptr_null(e);
+        ck_assert_msg(strstr(err.msg, cases[i].want) != NULL, "case %zu: '%s'", i, err.msg);
+    }
+    rm_rf(dir);
+}
+END_TEST
+
+/* The CLI: option products that wrapped now end with status 2 (bench) or
+ * 1 (run, the engine's check) and a message, not SIGSEGV. */
+START_TEST(cli_size_overflows)
+{
+    NEED_CLI();
+    const char *dir = test_tmpdir();
+    char src[1024];
+    small_model(dir, "m.gguf", src, sizeof src);
+    static const struct { const char *args; int status; const char *want; } cases[] = {
+        {"bench --clients 4096 --rounds 1048576", 2, "4294967296 requests"},
+        {"bench --clients 4 --batch 1000000000", 2, "KV tokens per stage"},
+        {"bench --clients 2 --rounds 65536 --prompt-tokens 1000 --conversation-cache-mib 8", 2,
+         "tokens per conversation"},
+        {"bench --conversations --tokens 2147483647", 2, "--tokens '2147483647' must be"},
+        {"bench --conversations --tokens 16777216", 2, "a conversation of more than"},
+        {"run -p hi -n 1 --batch 1000000000", 1, "--batch 1000000000 is more than"},
+        {"run -p hi -n 1 -c 1000000000", 1, "-c 1000000000 is more than"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = test_runf(&out, "'%s' %s -m '%s' --backend cpu 2>&1", cli, cases[i].args, src);
+        ck_assert_msg(rc == cases[i].status, "%s: exit %d: %s", cases[i].args, rc, out);
+        ck_assert_msg(strstr(out, cases[i].want) != NULL, "%s: output: %s", cases[i].args, out);
+        free(out);
+    }
+    rm_rf(dir);
+}
+END_TEST
+
 static Suite *hardening_suite(void)
 {
     Suite *s = suite_create("hardening");
@@ -579,6 +642,11 @@ static Suite *hardening_suite(void)
     tcase_add_test(l, cli_absurd_hparams_exit_1);
     tcase_set_timeout(l, 120);
     suite_add_tcase(s, l);
+    TCase *z = tcase_create("sizes");
+    tcase_add_test(z, engine_size_limits);
+    tcase_add_test(z, cli_size_overflows);
+    tcase_set_timeout(z, 120);
+    suite_add_tcase(s, z);
     TCase *k = tcase_create("kv");
     tcase_add_test(k, kv_quant_defined_for_nan_inf);
     suite_add_tcase(s, k);
