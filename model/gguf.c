@@ -13,8 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model/gguf_maps.h"
 #include "model/quant.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -624,55 +623,6 @@ int gguf_open_mem(const void *buf, size_t len, const char *name, gguf **out,
     return 0;
 }
 
-/* ---- the registry of mapped files ------------------------------------- */
-
-/* Every file gguf_open maps is listed here so that a SIGBUS handler (the
- * CLI's) can tell "this address lies in model file X, which was truncated
- * under us" from any other bus error.  The handler reads the table without
- * a lock: an entry is published base last and withdrawn base first, so a
- * reader never pairs a base with a stale size or path. */
-#define MAX_MAPS 64
-static _Atomic(uintptr_t) map_base[MAX_MAPS];
-static _Atomic(size_t) map_size[MAX_MAPS];
-static _Atomic(const char *) map_path[MAX_MAPS];
-static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void map_register(const void *base, size_t size, const char *path)
-{
-    pthread_mutex_lock(&map_lock);
-    for (int i = 0; i < MAX_MAPS; i++) {
-        if (atomic_load(&map_base[i]))
-            continue;
-        atomic_store(&map_size[i], size);
-        atomic_store(&map_path[i], path);
-        atomic_store(&map_base[i], (uintptr_t)base);
-        break;
-    }
-    /* more than MAX_MAPS files at once: the extra ones are not reported by
-     * name (a bus error there stays a bus error) */
-    pthread_mutex_unlock(&map_lock);
-}
-
-static void map_unregister(const void *base)
-{
-    pthread_mutex_lock(&map_lock);
-    for (int i = 0; i < MAX_MAPS; i++)
-        if (atomic_load(&map_base[i]) == (uintptr_t)base)
-            atomic_store(&map_base[i], 0);
-    pthread_mutex_unlock(&map_lock);
-}
-
-const char *gguf_mapped_file_at(const void *addr)
-{
-    uintptr_t a = (uintptr_t)addr;
-    for (int i = 0; i < MAX_MAPS; i++) {
-        uintptr_t b = atomic_load(&map_base[i]);
-        if (b && a >= b && a - b < atomic_load(&map_size[i]))
-            return atomic_load(&map_path[i]);
-    }
-    return NULL;
-}
-
 static const char *file_kind(mode_t m)
 {
     if (S_ISDIR(m)) return "a directory";
@@ -722,7 +672,7 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
     g->map = map;
     g->base = map;
     g->size = (uint64_t)st.st_size;
-    map_register(map, (size_t)st.st_size, g->path);
+    gguf_maps_add(map, (size_t)st.st_size, g->path);
     int rc = parse(g, err);
     if (rc) {
         gguf_close(g);
@@ -743,7 +693,7 @@ void gguf_close(gguf *g)
     free(g->kv);
     free(g->tensors);
     if (g->map) {
-        map_unregister(g->map);
+        gguf_maps_remove(g->map);
         munmap(g->map, (size_t)g->size);
     }
     free(g->path);
