@@ -15,9 +15,11 @@ static void on_load_sigint(int sig)
     frontend_interrupted = 1;
 }
 
-/* strata_params.load_cancel: Ctrl-C stops a load between tensors.  The
- * handler below sets the flag; chat loads with SIGINT blocked (its threads
- * must inherit the mask), so a pending SIGINT counts too. */
+/* strata_params.load_cancel: Ctrl-C stops a load between tensors.
+ * on_load_sigint sets the flag; chat loads with SIGINT blocked (its threads
+ * must inherit the mask), so a pending SIGINT counts too.  The first call is
+ * where the test hook pauses (cli/signals.h): the model is mapped, no weight
+ * has been read. */
 static int load_cancelled(void *user)
 {
     static int paused;
