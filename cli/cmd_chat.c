@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -20,6 +21,7 @@
 #include "sched/scheduler.h"
 #include "cli/frontend.h"
 #include "cli/options.h"
+#include "cli/signals.h"
 
 /* The conversation cache for chat unless --conversation-cache-mib says
  * otherwise (0 turns it off).  One conversation at a time needs little: on
@@ -276,7 +278,8 @@ static void turn(chat_state *c, const char *line)
  * threads started meanwhile (the scheduler's, its kernel workers) inherit
  * the mask, so a Ctrl-C always reaches the main thread, where it interrupts
  * the read at the prompt or cancels the answer.  A Ctrl-C while loading
- * stays pending and ends the program when unblocked, as before. */
+ * stays pending; the load polls for it between tensors and stops (exit 130,
+ * frontend.c). */
 static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
 {
     sigset_t block, old;
@@ -296,6 +299,12 @@ static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
         }
     }
     c->cache_mib = o->conv_cache_mib;
+    if (rc == STRATA_E_CANCELLED) {
+        /* the Ctrl-C that stopped the load is still pending: take it, so
+         * unblocking does not deliver it a second time */
+        struct timespec zero = {0, 0};
+        sigtimedwait(&block, NULL, &zero);
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
@@ -322,15 +331,17 @@ int cmd_chat(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.system = o.system;
     strata_error err = {0};
-    if (chat_open(&c, &o, &err)) {
-        fprintf(stderr, "strata-cli chat: %s\n", err.msg);
-        return 1;
-    }
-    /* No SA_RESTART: Ctrl-C at the prompt interrupts the read. */
+    /* No SA_RESTART: Ctrl-C at the prompt interrupts the read.  Installed
+     * before the load, so a Ctrl-C just after it sets the flag rather than
+     * killing the program. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
+    if (chat_open(&c, &o, &err)) {
+        fprintf(stderr, "strata-cli chat: %s\n", err.msg);
+        return err.code == STRATA_E_CANCELLED ? CLI_EXIT_INTERRUPTED : 1;
+    }
     int tty = isatty(0);
     if (tty)
         fprintf(stderr, "strata chat (%s, %s, conversation cache %zu MiB). /help for commands, "

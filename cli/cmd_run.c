@@ -10,6 +10,7 @@
 #include "cli/frontend.h"
 #include "text/tokenizer.h"
 #include "cli/options.h"
+#include "cli/signals.h"
 
 static void usage(FILE *f)
 {
@@ -37,7 +38,7 @@ int cmd_run(int argc, char **argv)
     strata_error err = {0};
     if (frontend_open(&fe, &o, &err)) {
         fprintf(stderr, "strata-cli run: %s\n", err.msg);
-        return 1;
+        return err.code == STRATA_E_CANCELLED ? CLI_EXIT_INTERRUPTED : 1;
     }
     tok_ids ids = {0};
     int rc = o.chat ? frontend_chat_first_turn(&fe, o.system, o.prompt, &ids, &err)

@@ -5,7 +5,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/signals.h"
+
 volatile sig_atomic_t frontend_interrupted;
+
+static void on_load_sigint(int sig)
+{
+    (void)sig;
+    frontend_interrupted = 1;
+}
+
+/* strata_params.load_cancel: Ctrl-C stops a load between tensors.
+ * on_load_sigint sets the flag; chat loads with SIGINT blocked (its threads
+ * must inherit the mask), so a pending SIGINT counts too.  The first call is
+ * where the test hook pauses (cli/signals.h): the model is mapped, no weight
+ * has been read. */
+static int load_cancelled(void *user)
+{
+    static int paused;
+    (void)user;
+    if (!paused) {
+        paused = 1;
+        cli_test_pause_in_load();
+    }
+    sigset_t pend;
+    sigemptyset(&pend);
+    return frontend_interrupted || (sigpending(&pend) == 0 && sigismember(&pend, SIGINT) == 1);
+}
 
 int frontend_open(frontend *f, cli_opts *o, strata_error *err)
 {
@@ -21,9 +47,18 @@ int frontend_open_flags(frontend *f, cli_opts *o, int flags, strata_error *err)
         o->ep.progress = cli_progress;
         o->ep.progress_user = NULL;
     }
+    o->ep.load_cancel = load_cancelled;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_load_sigint;
+    sigemptyset(&sa.sa_mask);
+    frontend_interrupted = 0;
+    sigaction(SIGINT, &sa, &old);
     double t0 = strata_now();
     int rc = strata_open(&o->ep, &f->e, err);
     f->t_load = strata_now() - t0;
+    sigaction(SIGINT, &old, NULL);
+    frontend_interrupted = 0;
     if (!rc && !(flags & FRONTEND_NO_SEQ)) {
         f->seq = strata_seq_new(f->e, err);
         if (!f->seq)

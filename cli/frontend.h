@@ -27,6 +27,8 @@ typedef struct frontend {
 
 extern volatile sig_atomic_t frontend_interrupted;
 
+/* Open the engine (and a sequence).  Ctrl-C during the load stops it at the
+ * next tensor: STRATA_E_CANCELLED, which the commands turn into exit 130. */
 int frontend_open(frontend *f, cli_opts *o, strata_error *err);
 /* frontend_open flags */
 #define FRONTEND_NO_SEQ 1   /* no strata_seq: the engine goes to a scheduler,

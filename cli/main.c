@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/signals.h"
 
 typedef struct command {
     const char *name;
@@ -34,6 +35,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_install_sigbus();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -9,8 +9,9 @@
 #include "engine/backend.h"
 
 /* Touch the mapped weights page by page so the load shows progress and the
- * first token does not pay for page faults. */
-static void prefault(const model *m, const strata_params *p)
+ * first token does not pay for page faults; p->load_cancel (Ctrl-C) can stop
+ * it between tensors. */
+static int prefault(const model *m, const strata_params *p, strata_error *err)
 {
     uint64_t total = 0, done = 0, last = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++)
@@ -19,6 +20,9 @@ static void prefault(const model *m, const strata_params *p)
     volatile unsigned char sink = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->g, i);
+        if (p->load_cancel && p->load_cancel(p->load_cancel_user))
+            return strata_err(err, STRATA_E_CANCELLED, "%s: loading stopped (interrupted)",
+                              p->model_path);
         const unsigned char *d = t->data;
         for (uint64_t o = 0; o < t->nbytes; o += (uint64_t)pg)
             sink ^= d[o];
@@ -29,6 +33,7 @@ static void prefault(const model *m, const strata_params *p)
         }
     }
     (void)sink;
+    return 0;
 }
 
 static int cpu_available(const char **why)
@@ -48,8 +53,8 @@ static int cpu_device_free(int dev, uint64_t *bytes, strata_error *err)
 
 static int cpu_init(strata_engine *e, strata_error *err)
 {
-    prefault(e->m, &e->p);
-    return cpu_scratch_init(&e->cpu, e->m, e->max_rows, err);
+    int rc = prefault(e->m, &e->p, err);
+    return rc ? rc : cpu_scratch_init(&e->cpu, e->m, e->max_rows, err);
 }
 
 static void cpu_free(strata_engine *e) { cpu_scratch_free(&e->cpu); }

@@ -1,5 +1,7 @@
 /* engine.c: open a model, place its layers on stages, allocate each stage's
  * KV pool, and run sequences through it (see strata.h). */
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,15 +199,20 @@ static int make_kv_pools(strata_engine *e, strata_error *err)
 {
     const model_hparams *hp = &e->m->hp;
     /* Default: every slot can hold a whole context; a sequence takes whole
-     * pages, so round per slot, not once for all of them. */
-    int pages = e->p.n_slots * ((e->n_ctx + KV_PAGE - 1) / KV_PAGE);
+     * pages, so round per slot, not once for all of them.  In 64 bits: the
+     * product of two accepted sizes can pass INT_MAX (it used to wrap). */
+    int64_t pages = (int64_t)e->p.n_slots * (((int64_t)e->n_ctx + KV_PAGE - 1) / KV_PAGE);
     if (e->p.kv_resident > 0)
-        pages = (e->p.kv_resident + KV_PAGE - 1) / KV_PAGE;
+        pages = ((int64_t)e->p.kv_resident + KV_PAGE - 1) / KV_PAGE;
+    if (pages > INT_MAX)
+        return strata_err(err, STRATA_E_ARG, "--batch %d x -c %d needs %lld KV pages per stage, "
+                          "more than strata can index (%d); lower them or set --kv-resident",
+                          e->p.n_slots, e->n_ctx, (long long)pages, INT_MAX);
     for (int i = 0; i < e->n_stages; i++) {
         stage *st = &e->stages[i];
         kv_allocator a = e->be->kv_allocator(e, st);
         int rc = kv_pool_new(&st->kv, e->p.kv_type, st->l1 - st->l0, hp->n_head_kv, hp->head_dim,
-                             pages, a.alloc ? &a : NULL, err);
+                             (int)pages, a.alloc ? &a : NULL, err);
         if (rc)
             return rc;
     }
@@ -221,6 +228,22 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
     if (!e)
         return strata_err(err, STRATA_E_NOMEM, "out of memory");
     e->p = *p;
+    /* Range checks before anything is sized from these (the model's own
+     * context is clamped below, so only an explicit -c can be too big). */
+    const char *bad = NULL;
+    long long v = 0, max = 0;
+    if (p->n_ctx > STRATA_MAX_CTX)
+        bad = "-c", v = p->n_ctx, max = STRATA_MAX_CTX;
+    else if (p->n_slots > STRATA_MAX_SLOTS)
+        bad = "--batch", v = p->n_slots, max = STRATA_MAX_SLOTS;
+    else if (p->n_chunk > STRATA_MAX_CHUNK)
+        bad = "--chunk", v = p->n_chunk, max = STRATA_MAX_CHUNK;
+    if (bad) {
+        int rc = strata_err(err, STRATA_E_ARG, "%s %lld is more than strata supports (at most "
+                            "%lld)", bad, v, max);
+        free(e);
+        return rc;
+    }
     if (e->p.n_slots < 1)
         e->p.n_slots = 1;
     if (e->p.n_chunk <= 0)
@@ -237,6 +260,7 @@ int strata_open(const strata_params *p, strata_engine **out, strata_error *err)
         rc = tokenizer_from_gguf(e->m->g, &e->tok, err);
     if (!rc) {
         int train = e->m->hp.n_ctx_train > 0 ? e->m->hp.n_ctx_train : 4096;
+        /* the default never exceeds 4096; the check above bounds -c */
         e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (train < 4096 ? train : 4096);
     }
     if (!rc)

@@ -24,6 +24,14 @@
 
 enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BACKEND_CUDA = 2 };
 
+/* The largest sizes strata_open accepts (STRATA_E_ARG beyond them, with the
+ * option named): far above any real use, low enough that every product of
+ * them the engine forms (slots x pages, rows x widths) fits in 64 bits and
+ * every count that is kept in an int stays below INT_MAX. */
+#define STRATA_MAX_CTX (1 << 24)   /* tokens per sequence (-c) */
+#define STRATA_MAX_SLOTS (1 << 16) /* --batch */
+#define STRATA_MAX_CHUNK (1 << 16) /* --chunk */
+
 typedef struct strata_params {
     const char *model_path;
     int backend;            /* enum strata_backend */
@@ -43,6 +51,11 @@ typedef struct strata_params {
     /* called while weights load: done/total bytes */
     void (*progress)(uint64_t done, uint64_t total, void *user);
     void *progress_user;
+    /* polled before each tensor (CPU) or layer (CUDA) while weights load:
+     * nonzero stops the load, and strata_open returns STRATA_E_CANCELLED
+     * (the CLI's Ctrl-C); NULL: never */
+    int (*load_cancel)(void *user);
+    void *load_cancel_user;
 } strata_params;
 
 /* Defaults for every field (model_path NULL). */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model/gguf_maps.h"
 #include "model/quant.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -622,10 +623,23 @@ int gguf_open_mem(const void *buf, size_t len, const char *name, gguf **out,
     return 0;
 }
 
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
 int gguf_open(const char *path, gguf **out, strata_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (or a tty) given as the model would block open()
+     * until a writer appears; opened this way it is refused below instead.
+     * On a regular file the flag changes nothing (mmap only). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return strata_err(err, errno == ENOENT ? STRATA_E_NOTFOUND : STRATA_E_IO,
                           "%s: cannot open: %s", path, strerror(errno));
@@ -637,7 +651,8 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return strata_err(err, STRATA_E_IO, "%s: not a regular file", path);
+        return strata_err(err, STRATA_E_IO, "%s: is %s, not a regular file (a model must be "
+                          "a GGUF file on disk)", path, file_kind(st.st_mode));
     }
     if (st.st_size == 0) {
         close(fd);
@@ -657,6 +672,7 @@ int gguf_open(const char *path, gguf **out, strata_error *err)
     g->map = map;
     g->base = map;
     g->size = (uint64_t)st.st_size;
+    gguf_maps_add(map, (size_t)st.st_size, g->path);
     int rc = parse(g, err);
     if (rc) {
         gguf_close(g);
@@ -676,8 +692,10 @@ void gguf_close(gguf *g)
     index_free(&g->tensor_names, g->tensors ? g->n_tensors : 0);
     free(g->kv);
     free(g->tensors);
-    if (g->map)
+    if (g->map) {
+        gguf_maps_remove(g->map);
         munmap(g->map, (size_t)g->size);
+    }
     free(g->path);
     free(g);
 }

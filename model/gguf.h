@@ -7,7 +7,7 @@
  * field and the value.
  *
  * Writer: collects metadata and tensors, then writes a GGUF v3 file with the
- * alignment honoured, atomically (temp file + rename). */
+ * alignment honoured, atomically (base/safe_write.h). */
 #ifndef STRATA_GGUF_H
 #define STRATA_GGUF_H
 
@@ -67,6 +67,11 @@ int gguf_open(const char *path, gguf **out, strata_error *err);
 int gguf_open_mem(const void *buf, size_t len, const char *name, gguf **out,
                   strata_error *err);
 void gguf_close(gguf *g);
+/* The path of the file gguf_open mapped at addr, or NULL when addr lies in
+ * no open file's mapping.  Async-signal-safe (lock-free reads): for a
+ * SIGBUS handler, which gets this when a mapped file was truncated while in
+ * use (the CLI's reports it; doc/engine.md, "Loading"). */
+const char *gguf_mapped_file_at(const void *addr);
 
 const char *gguf_path(const gguf *g);
 uint32_t gguf_version(const gguf *g);
@@ -129,7 +134,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                            uint32_t n_dims, const int64_t *ne,
                            const void *data, uint64_t nbytes, strata_error *err);
 
-/* Write to path.tmp, fsync, rename to path.  On failure nothing is left. */
+/* Write to a unique temporary beside path, fsync, rename over path
+ * (base/safe_write.h: path must be a regular file or new; a symbolic link
+ * is written through).  On failure nothing is left and path is untouched. */
 int gguf_writer_write(gguf_writer *w, const char *path, strata_error *err);
 
 #endif

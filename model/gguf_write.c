@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "model/quant.h"
+#include "base/safe_write.h"
 
 typedef struct wkv {
     char *key;
@@ -400,31 +401,13 @@ int gguf_writer_write(gguf_writer *w, const char *path, strata_error *err)
 {
     if (!w || !path)
         return strata_err(err, STRATA_E_ARG, "gguf writer: no writer or path");
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return strata_err(err, STRATA_E_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int rc = strata_err(err, STRATA_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+    /* base/safe_write: a unique temporary beside path, fsync, rename; never
+     * over a device or anything else that is not a regular file. */
+    safe_write sw;
+    int rc = safe_write_open(&sw, path, err);
+    if (rc)
         return rc;
-    }
-    /* fsync before rename: the rename must not become visible before the
-     * data, or a crash leaves a truncated file under the final name. */
-    bool ok = write_all(w, f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, path) != 0) {
-        e = errno;
-        ok = false;
-    }
-    int rc = 0;
-    if (!ok) {
-        unlink(tmp);
-        rc = strata_err(err, STRATA_E_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
-    return rc;
+    errno = 0;
+    bool ok = write_all(w, sw.f);
+    return safe_write_commit(&sw, ok, errno, err);
 }

@@ -1,6 +1,7 @@
 /* model.c: build the model description from a GGUF file (doc/formats.md §4). */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,19 @@ static int read_hparams(model *m, strata_error *err)
     rc = rc ? rc : arch_key_f32(m, "attention.layer_norm_rms_epsilon", &hp->eps, err);
     if (rc)
         return rc;
+    /* A NaN, zero or negative epsilon or RoPE base gives NaN activations
+     * from the first layer on, and the sampler then answers nothing: say
+     * which value is wrong instead.  The epsilon only guards the division
+     * of RMS norm; 1 is already far beyond any real model's 1e-5..1e-6. */
+    if (!(hp->eps > 0.0f && hp->eps <= 1.0f))
+        return strata_err(err, STRATA_E_FORMAT, "%s: %s.attention.layer_norm_rms_epsilon = %g "
+                          "(must be > 0 and at most 1)", path, m->arch_name, hp->eps);
+    if (!(hp->rope_base > 0.0f && isfinite(hp->rope_base)))
+        return strata_err(err, STRATA_E_FORMAT, "%s: %s.rope.freq_base = %g (must be a finite "
+                          "number > 0)", path, m->arch_name, hp->rope_base);
+    if (hp->arch != ARCH_QWEN3MOE && hp->n_ff <= 0)
+        return strata_err(err, STRATA_E_FORMAT, "%s: %s.feed_forward_length = %d (must be > 0)",
+                          path, m->arch_name, hp->n_ff);
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
     gguf_str st;
@@ -127,8 +141,9 @@ static int read_hparams(model *m, strata_error *err)
             rc = arch_key_f32(m, "rope.scaling.factor", &f, err);
             if (rc)
                 return rc;
-            if (!(f > 0.0f))
-                return strata_err(err, STRATA_E_FORMAT, "%s: rope.scaling.factor = %g", path, f);
+            if (!(f > 0.0f && isfinite(f)))
+                return strata_err(err, STRATA_E_FORMAT, "%s: %s.rope.scaling.factor = %g (must "
+                                  "be a finite number > 0)", path, m->arch_name, f);
             hp->rope_scale = 1.0f / f;
         } else {
             return strata_err(err, STRATA_E_UNSUPPORTED, "%s: %s = '%.*s' is not supported "
@@ -259,6 +274,43 @@ static int load_layer(model *m, int il, strata_error *err)
     return rc;
 }
 
+/* The tokenizer's vocabulary and the embedding rows must agree: with more
+ * tokens than rows an id past the last row reads outside token_embd; with
+ * fewer, the model can produce ids that have no text (printed as U+FFFD, or
+ * an error only when sampled).  output.weight's rows are checked against
+ * the same n_vocab by its shape. */
+static int check_vocab(const model *m, strata_error *err)
+{
+    uint32_t et;
+    uint64_t n;
+    const void *data;
+    if (gguf_get_array(m->g, "tokenizer.ggml.tokens", &et, &n, &data, NULL) != 0)
+        return 0; /* no vocabulary: the tokenizer reports that */
+    if (n != (uint64_t)m->hp.n_vocab)
+        return strata_err(err, STRATA_E_FORMAT, "%s: tokenizer.ggml.tokens has %llu tokens but "
+                          "token_embd.weight has %d rows (the vocabulary and the embedding "
+                          "must be the same size)", gguf_path(m->g), (unsigned long long)n,
+                          m->hp.n_vocab);
+    return 0;
+}
+
+/* Tensors of layers past block_count mean a file whose metadata does not
+ * describe it (a wrong key, a botched merge): they would be silently
+ * ignored, so refuse the file and name the first one. */
+static int check_extra_layers(const model *m, strata_error *err)
+{
+    for (uint64_t i = 0; i < gguf_n_tensors(m->g); i++) {
+        const char *name = gguf_tensor_at(m->g, i)->name;
+        long il;
+        int used = 0;
+        if (sscanf(name, "blk.%ld.%n", &il, &used) == 1 && used > 0 && il >= m->hp.n_layer)
+            return strata_err(err, STRATA_E_FORMAT, "%s: tensor '%s' belongs to layer %ld but "
+                              "%s.block_count = %d (the file has more layers than its metadata "
+                              "says)", gguf_path(m->g), name, il, m->arch_name, m->hp.n_layer);
+    }
+    return 0;
+}
+
 int model_from_gguf(gguf *g, model **out, strata_error *err)
 {
     *out = NULL;
@@ -274,9 +326,13 @@ int model_from_gguf(gguf *g, model **out, strata_error *err)
         const gguf_tensor *te = find(m, "token_embd.weight", 1, err);
         if (!te)
             rc = STRATA_E_NOTFOUND;
+        else if (te->ne[1] <= 0 || te->ne[1] > (1 << 30))
+            rc = strata_err(err, STRATA_E_FORMAT, "%s: token_embd.weight has %lld rows (the "
+                            "vocabulary size; must be 1..2^30)", gguf_path(g), (long long)te->ne[1]);
         else
             hp->n_vocab = (int)te->ne[1];
     }
+    rc = rc ? rc : check_vocab(m, err);
     rc = rc ? rc : get_weight(m, "token_embd.weight", hp->n_vocab, hp->n_embd, 1, 1, &m->tok_embd, err);
     rc = rc ? rc : get_weight(m, "output.weight", hp->n_vocab, hp->n_embd, 1, 0, &m->output, err);
     if (!rc && !m->output.data) {
@@ -292,6 +348,7 @@ int model_from_gguf(gguf *g, model **out, strata_error *err)
     }
     for (int il = 0; !rc && il < hp->n_layer; il++)
         rc = load_layer(m, il, err);
+    rc = rc ? rc : check_extra_layers(m, err);
     if (rc) {
         model_free(m);
         return rc;

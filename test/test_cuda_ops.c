@@ -463,6 +463,18 @@ START_TEST(kv_store_bit_exact)
                 v[j] = 0.0f;
                 v[32 + j] = (j % 2 ? -1.5f : 1.5f) * (j < 8 ? 1.0f : 0.5f);
             }
+            /* non-finite blocks (k8v4; f16 would compare NaN payloads): in
+             * row 1, a NaN among finite values, an Inf, a block of NaN only;
+             * both sides give the same defined block (kernels/cpu/kv.c) */
+            if (type == KV_K8V4) {
+                float *k1 = k + kstride, *v1 = v + vstride;
+                k1[3] = NAN;
+                v1[17] = NAN;
+                k1[32 + 9] = INFINITY;
+                v1[32 + 30] = -INFINITY;
+                for (int j = 0; j < 32; j++)
+                    k1[hd + j] = v1[hd + j] = NAN;
+            }
             void *dbuf[4];
             int32_t *dpages = dup_to_dev(pages, sizeof pages), *dpos = dup_to_dev(pos, sizeof pos);
             kv_view dv = pool_upload(&hp, dbuf, dpages);

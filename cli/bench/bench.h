@@ -25,4 +25,9 @@ int bench_conversations(int argc, char **argv);
 /* the default mode, -m MODEL: prompt and decode rates (cmd_bench.c) */
 int bench_model(int argc, char **argv);
 
+/* Parse a mode's integer option: the whole of v, decimal, in [lo, hi].
+ * Returns 0, or -1 after "strata-cli bench: OPT 'V' must be an integer from
+ * LO to HI" on stderr (atoi took "2147483647" and garbage alike). */
+int bench_int_arg(const char *opt, const char *v, long long lo, long long hi, long long *out);
+
 #endif

@@ -21,7 +21,9 @@
  *
  *   strata-cli bench --clients C --rounds R --prompt-tokens P --gen-tokens G
  *                    [--batch N] [--json] [engine options: -m -c -t --backend ...] */
+#include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,8 +100,10 @@ static void *bc_client_main(void *arg)
     bc_client *cl = arg;
     const bc_conf *c = cl->c;
     /* Growing: the whole conversation; otherwise one round's prompt. */
-    int cap = c->grow ? c->rounds * (c->prompt_tokens + c->gen_tokens) : c->prompt_tokens;
-    int32_t *conv = malloc(sizeof *conv * (size_t)cap);
+    /* bounded by bc_check_sizes: at most STRATA_MAX_CTX tokens */
+    size_t cap = c->grow ? (size_t)c->rounds * (size_t)(c->prompt_tokens + c->gen_tokens)
+                         : (size_t)c->prompt_tokens;
+    int32_t *conv = malloc(sizeof *conv * cap);
     int n = 0;
     if (!conv) {
         cl->rc = strata_err(&cl->err, STRATA_E_NOMEM, "out of memory");
@@ -334,6 +338,33 @@ static int bc_int(const char *opt, const char *v, int lo, int *out)
     return 0;
 }
 
+/* The sizes the options imply, in 64 bits, before anything is allocated:
+ * --clients 4096 --rounds 1048576 used to wrap clients x rounds in an int
+ * and crash.  Returns 0, or 2 with a message. */
+#define BC_MAX_REQUESTS (1 << 20)
+static int bc_check_sizes(const bc_conf *c, int grow)
+{
+    int64_t n_req = (int64_t)c->clients * c->rounds;
+    int64_t conv = (int64_t)(grow ? c->rounds : 1) * (c->prompt_tokens + c->gen_tokens) + 1;
+    if (c->clients > STRATA_MAX_SLOTS) {
+        fprintf(stderr, "strata-cli bench: --clients %d: at most %d\n", c->clients,
+                STRATA_MAX_SLOTS);
+        return 2;
+    }
+    if (n_req > BC_MAX_REQUESTS) {
+        fprintf(stderr, "strata-cli bench: --clients %d x --rounds %d = %lld requests: at most "
+                        "%d\n", c->clients, c->rounds, (long long)n_req, BC_MAX_REQUESTS);
+        return 2;
+    }
+    if (conv > STRATA_MAX_CTX) {
+        fprintf(stderr, "strata-cli bench: %s(--prompt-tokens %d + --gen-tokens %d) = %lld "
+                        "tokens per conversation: at most %d\n", grow ? "--rounds x " : "",
+                c->prompt_tokens, c->gen_tokens, (long long)conv - 1, STRATA_MAX_CTX);
+        return 2;
+    }
+    return 0;
+}
+
 int bench_clients(int argc, char **argv)
 {
     bc_conf c = {.clients = 4, .rounds = 1, .prompt_tokens = 16, .gen_tokens = 8};
@@ -381,13 +412,24 @@ int bench_clients(int argc, char **argv)
     if (cli_opts_check(&o, "bench"))
         return 2;
     c.grow = o.conv_cache_mib > 0;
+    if (bc_check_sizes(&c, c.grow))
+        return 2;
     if (!o.ep.n_ctx)
         o.ep.n_ctx = (c.grow ? c.rounds : 1) * (c.prompt_tokens + c.gen_tokens) + 1;
     /* Every slot may hold a whole context at once, and a sequence takes
      * whole KV pages: the engine's default pool (n_ctx x slots tokens,
      * rounded up once) is short when n_ctx is not a multiple of KV_PAGE. */
-    if (!o.ep.kv_resident)
-        o.ep.kv_resident = o.ep.n_slots * ((o.ep.n_ctx + KV_PAGE - 1) / KV_PAGE) * KV_PAGE;
+    if (!o.ep.kv_resident) {
+        int64_t r = (int64_t)o.ep.n_slots * (((int64_t)o.ep.n_ctx + KV_PAGE - 1) / KV_PAGE) *
+                    KV_PAGE;
+        if (r > INT_MAX) {
+            fprintf(stderr, "strata-cli bench: --batch %d x %d tokens = %lld KV tokens per stage: "
+                            "more than %d (lower --batch or the conversation, or set "
+                            "--kv-resident)\n", o.ep.n_slots, o.ep.n_ctx, (long long)r, INT_MAX);
+            return 2;
+        }
+        o.ep.kv_resident = (int)r;
+    }
     if (cli_opts_default_model(&o, "bench"))
         return 1;
     o.ep.quiet = !o.verbose;

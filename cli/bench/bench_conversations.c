@@ -303,18 +303,32 @@ int bench_conversations(int argc, char **argv)
         int has = i + 1 < argc;
         if (!strcmp(a, "--conversations"))
             continue;
-        else if (!strcmp(a, "--clients") && has)
-            clients = atoi(argv[++i]);
-        else if (!strcmp(a, "--rounds") && has)
-            rounds = atoi(argv[++i]);
-        else if (!strcmp(a, "--tokens") && has)
-            tokens = atoi(argv[++i]);
-        else if (!strcmp(a, "--followup") && has)
-            followup = atoi(argv[++i]);
-        else if (!strcmp(a, "--conversation-cache-mib") && has)
-            mib = atol(argv[++i]);
-        else if (!strcmp(a, "--conversation-cache-slots") && has)
-            slots = atoi(argv[++i]);
+        else if ((!strcmp(a, "--clients") || !strcmp(a, "--rounds") || !strcmp(a, "--tokens") ||
+                  !strcmp(a, "--followup") || !strcmp(a, "--conversation-cache-mib") ||
+                  !strcmp(a, "--conversation-cache-slots")) && has) {
+            /* strict and bounded: every product below is then formed in
+             * 64 bits from values that cannot wrap it (--tokens 2147483647
+             * used to overflow tokens + followup + 1) */
+            long long x;
+            int is_tok = !strcmp(a, "--tokens") || !strcmp(a, "--followup");
+            long long hi = is_tok ? STRATA_MAX_CTX : !strcmp(a, "--clients") ? 4096
+                         : !strcmp(a, "--rounds") ? 65536 : 1 << 30;
+            long long lo = !strcmp(a, "--conversation-cache-mib") ? 0 : 1;
+            if (bench_int_arg(a, argv[++i], lo, hi, &x))
+                return 2;
+            if (!strcmp(a, "--clients"))
+                clients = (int)x;
+            else if (!strcmp(a, "--rounds"))
+                rounds = (int)x;
+            else if (!strcmp(a, "--tokens"))
+                tokens = (int)x;
+            else if (!strcmp(a, "--followup"))
+                followup = (int)x;
+            else if (!strcmp(a, "--conversation-cache-mib"))
+                mib = (long)x;
+            else
+                slots = (int)x;
+        }
         else if (!strcmp(a, "--seed") && has)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--json"))
@@ -336,6 +350,11 @@ int bench_conversations(int argc, char **argv)
     }
     if (cli_opts_default_model(&o, "bench"))
         return 2;
+    if ((int64_t)tokens + followup + 1 > STRATA_MAX_CTX) {
+        fprintf(stderr, "strata-cli bench --conversations: --tokens %d + --followup %d: a "
+                        "conversation of more than %d tokens\n", tokens, followup, STRATA_MAX_CTX);
+        return 2;
+    }
     if (!o.ep.n_ctx)
         o.ep.n_ctx = tokens + followup + 1;
     if (!o.ep.kv_resident)

@@ -1,7 +1,9 @@
 /* cmd_bench.c: strata-cli bench — the dispatcher over the benchmark modes
  * declared in bench.h.  With no mode flag it runs the model bench
  * (bench_model.c: prompt and decode rates of a model). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/bench/bench.h"
@@ -103,4 +105,18 @@ int cmd_bench(int argc, char **argv)
         }
     }
     return bench_model(argc, argv);
+}
+
+int bench_int_arg(const char *opt, const char *v, long long lo, long long hi, long long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "strata-cli bench: %s '%s' must be an integer from %lld to %lld\n", opt,
+                v ? v : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }

@@ -382,6 +382,11 @@ static int init_stage(strata_engine *e, stage *st, strata_error *err)
     if (!rc)
         rc = upload_vec(m->rope_freqs, m->hp.n_rot / 2, &cs->rope_freqs, cs->dev, err);
     for (int il = st->l0; il < st->l1 && !rc; il++) {
+        if (e->p.load_cancel && e->p.load_cancel(e->p.load_cancel_user)) {
+            rc = strata_err(err, STRATA_E_CANCELLED, "%s: loading stopped (interrupted)",
+                            e->p.model_path);
+            break;
+        }
         rc = upload_layer(e, cs, &m->layers[il], &cs->layers[il - st->l0], err);
         if (e->p.progress && !rc)
             e->p.progress((uint64_t)(il + 1), (uint64_t)m->hp.n_layer, e->p.progress_user);

@@ -9,6 +9,28 @@
 
 #include "model/quant.h"
 
+/* Codes for every float input.  A NaN or Inf activation (from NaN weights,
+ * say) used to reach a float-to-int conversion out of range, which C leaves
+ * undefined, and then a left shift of the negative result.  Each code is
+ * clamped in float first: finite inputs keep ggml's recipe bit for bit
+ * (their codes already lie in range); a NaN element gets the code of zero;
+ * an Inf element makes the scale Inf and every code that of zero (x * 0, or
+ * Inf * 0 = NaN).  Garbage in, a defined block out; kernels/cuda/kv.cu does
+ * the same. */
+static int8_t k8_code(float r) /* r = roundf(x / d) */
+{
+    if (!(r == r))
+        return 0;
+    return (int8_t)(r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r);
+}
+
+static int v4_code(float r) /* r = x / d + 8.5, truncated */
+{
+    if (!(r == r))
+        return 8;
+    return (int)(r < 0.0f ? 0.0f : r > 15.0f ? 15.0f : r);
+}
+
 /* Q8_0: d = amax/127, q = roundf(x / d). */
 void cpu_quant_k8(const float *x, int n, int8_t *q, uint16_t *d)
 {
@@ -20,7 +42,7 @@ void cpu_quant_k8(const float *x, int n, int8_t *q, uint16_t *d)
         float db = amax / 127.0f;
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         for (int j = 0; j < 32; j++)
-            q[32 * b + j] = (int8_t)roundf(xb[j] * id);
+            q[32 * b + j] = k8_code(roundf(xb[j] * id));
         d[b] = f32_to_fp16(db);
     }
 }
@@ -42,10 +64,8 @@ void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
         float db = v / -8.0f;
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         for (int j = 0; j < 16; j++) {
-            int lo = (int)(xb[j] * id + 8.5f);
-            int hi = (int)(xb[j + 16] * id + 8.5f);
-            lo = lo < 15 ? lo : 15;
-            hi = hi < 15 ? hi : 15;
+            int lo = v4_code(xb[j] * id + 8.5f);
+            int hi = v4_code(xb[j + 16] * id + 8.5f);
             q[16 * b + j] = (uint8_t)(lo | (hi << 4));
         }
         d[b] = f32_to_fp16(db);

@@ -35,6 +35,24 @@ __device__ __forceinline__ uint16_t f2h_bits(float f)
     return __half_as_ushort(__float2half_rn(f));
 }
 
+/* Codes for every float input, as kernels/cpu/kv.c: clamped in float
+ * before the conversion (an out-of-range float-to-int conversion, and the
+ * shift of its negative result, are undefined); NaN gives zero's code.
+ * Finite inputs are unchanged: their codes already lie in range. */
+__device__ __forceinline__ int8_t k8_code(float r)
+{
+    if (!(r == r))
+        return 0;
+    return (int8_t)fminf(fmaxf(r, -127.0f), 127.0f);
+}
+
+__device__ __forceinline__ int v4_code(float r)
+{
+    if (!(r == r))
+        return 8;
+    return (int)fminf(fmaxf(r, 0.0f), 15.0f);
+}
+
 /* Index of token `pos` of kv head h in a pool with `per_tok` elements per
  * token: [page][head][KV_PAGE][per_tok]. */
 __device__ __forceinline__ int64_t kv_slot(const int32_t *pages, int n_kv_head, int32_t pos,
@@ -71,17 +89,18 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
         return;
     }
 
-    /* K: Q8_0. */
-    float amax = fabsf(xk);
+    /* K: Q8_0.  A NaN lane counts as 0, as in the CPU's fmaxf from 0. */
+    float amax = xk == xk ? fabsf(xk) : 0.0f;
     amax = warp_max(amax);
     float dk = __fdiv_rn(amax, 127.0f);
     float idk = dk != 0.0f ? __fdiv_rn(1.0f, dk) : 0.0f;
-    kv.kq[slot * hd + 32 * b + lane] = (int8_t)roundf(__fmul_rn(xk, idk));
+    kv.kq[slot * hd + 32 * b + lane] = k8_code(roundf(__fmul_rn(xk, idk)));
     if (lane == 0)
         kv.kd[slot * nb + b] = f2h_bits(dk);
 
-    /* V: Q4_0.  The element of largest |x|, the first one on ties. */
-    float best = fabsf(xv);
+    /* V: Q4_0.  The element of largest |x|, the first one on ties; a NaN
+     * is never chosen (the CPU's |x| > amax is false for it). */
+    float best = xv == xv ? fabsf(xv) : -1.0f;
     int bi = lane;
     warp_argmax(best, bi);
     float vmax = __shfl_sync(0xffffffffu, xv, bi);
@@ -89,8 +108,7 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
         vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */
     float dv = __fdiv_rn(vmax, -8.0f);
     float idv = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
-    int code = (int)__fadd_rn(__fmul_rn(xv, idv), 8.5f);
-    code = code < 15 ? code : 15;
+    int code = v4_code(__fadd_rn(__fmul_rn(xv, idv), 8.5f));
     int hi = __shfl_down_sync(0xffffffffu, code, 16);
     if (lane < 16)
         kv.vq[slot * (hd / 2) + 16 * b + lane] = (uint8_t)(code | (hi << 4));
