@@ -29,6 +29,10 @@
  * one is not parked (the next turn re-reads, slower but the same). */
 #define CHAT_CACHE_MIB 256
 
+#define CHAT_USES                                                                \
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS | CLI_USE_GROUPS | \
+     CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: strata-cli chat [-m MODEL] [options]\n\n"
@@ -43,7 +47,7 @@ static void usage(FILE *f)
                "restores the previous turns from the conversation cache instead of\n"
                "re-reading them (--conversation-cache-mib, default %d for chat; 0: off,\n"
                "every turn re-reads the conversation).\n\n", CHAT_CACHE_MIB);
-    cli_opts_help(f);
+    cli_opts_help(f, CHAT_USES);
 }
 
 static void on_sigint(int sig)
@@ -304,6 +308,8 @@ int cmd_chat(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = CHAT_USES;
+    o.cmd = "chat";
     o.conv_cache_mib = CHAT_CACHE_MIB; /* before parsing: the user's value wins, 0 too */
     int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
     if (st >= 0)

@@ -11,19 +11,25 @@
 #include "text/tokenizer.h"
 #include "cli/options.h"
 
+#define RUN_USES                                                                  \
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SAMPLING | CLI_USE_PREDICT | \
+     CLI_USE_PROMPT | CLI_USE_CHAT | CLI_USE_CHATFLAG)
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: strata-cli run [-m MODEL] -p PROMPT [-n N] [--chat] [options]\n\n"
                "Reads the prompt, then streams the continuation to stdout; prompt and decode\n"
-               "rates go to stderr.  --chat wraps the prompt as one user turn of the model's\n"
-               "chat format.\n\n");
-    cli_opts_help(f);
+               "rates go to stderr (Ctrl-C stops the answer and still prints them).  --chat\n"
+               "wraps the prompt as one user turn of the model's chat format.\n\n");
+    cli_opts_help(f, RUN_USES);
 }
 
 int cmd_run(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = RUN_USES;
+    o.cmd = "run";
     int status = cli_opts_parse_all(&o, "run", argc, argv, usage);
     if (status >= 0)
         return status;
