@@ -137,6 +137,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
         return -1;
     }
 #define IS(s) (!strcmp(a, s))
+    o->kv_given |= IS("--kv");
+    o->temp_given |= IS("--temp");
     if (IS("--chat")) {
         o->chat = 1;
         return 1;
@@ -312,8 +314,8 @@ static const opt_help opt_help_lines[] = {
      "                          token or the context is full)\n"},
     {CLI_USE_ENGINE,
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-     "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0; chat on\n"
-     "                          the demo model: f16)\n"
+     "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0; run and\n"
+     "                          chat on the demo model: f16)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
@@ -339,7 +341,8 @@ static const opt_help opt_help_lines[] = {
      "                          cache is on); least recently used go first\n"},
     {CLI_USE_SAMPLING,
      "sampling:\n"
-     "  --temp T                temperature, >= 0 (default 0.8; 0 = greedy)\n"
+     "  --temp T                temperature, >= 0 (default 0.8, run and chat on the demo\n"
+     "                          model 0; 0 = greedy)\n"
      "  --top-k K               keep the K likeliest tokens, 0 = all (default 40)\n"
      "  --top-p P               nucleus cut, 0..1 (default 0.95; 1 = off)\n"
      "  --min-p P               drop tokens below P x the likeliest's, 0..1 (default 0.05)\n"
@@ -367,7 +370,7 @@ int cli_opts_default_model(cli_opts *o, const char *cmd)
     if (o->ep.model_path)
         return 0;
     const char *home = getenv("HOME");
-    snprintf(o->model_buf, sizeof o->model_buf, "%s/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf",
+    snprintf(o->model_buf, sizeof o->model_buf, "%s/.cache/strata/" CLI_DEMO_MODEL,
              home ? home : ".");
     struct stat st;
     if (stat(o->model_buf, &st) != 0) {
@@ -377,6 +380,27 @@ int cli_opts_default_model(cli_opts *o, const char *cmd)
     }
     o->ep.model_path = o->model_buf;
     return 0;
+}
+
+int cli_opts_demo_defaults(cli_opts *o)
+{
+    const char *p = o->ep.model_path;
+    if (!p)
+        return 0;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    if (strcmp(base, CLI_DEMO_MODEL) != 0)
+        return 0;
+    int changed = 0;
+    if (!o->kv_given && o->ep.kv_type != KV_F16) {
+        o->ep.kv_type = KV_F16;
+        changed = 1;
+    }
+    if (!o->temp_given && o->sp.temp != 0.0f) {
+        o->sp.temp = 0.0f;
+        changed = 1;
+    }
+    return changed;
 }
 
 void cli_progress(uint64_t done, uint64_t total, void *user)

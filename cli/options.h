@@ -27,6 +27,7 @@ typedef struct cli_opts {
      * command would ignore silently is worse than one it rejects. */
     unsigned uses;
     const char *cmd;   /* the command's name for messages (cli_opts_parse sets it) */
+    int kv_given, temp_given; /* --kv / --temp on the command line */
     char model_buf[1024];
 } cli_opts;
 
@@ -69,6 +70,14 @@ void cli_opts_help(FILE *f, unsigned uses);
 /* Fill model_path with the demo model's cache path if -m was not given.
  * Returns 0, or -1 with a message when there is none. */
 int cli_opts_default_model(cli_opts *o, const char *cmd);
+/* The file name of the demo model (SmolLM2-135M-Instruct, Q4_1). */
+#define CLI_DEMO_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The front ends' defaults for the demo model, where the user gave none:
+ * --kv f16 and --temp 0.  At 135M parameters the model loses the thread
+ * when both K and V are quantized (k8v4) and when it samples; the engine's
+ * defaults (k8v4, 0.8) stay for the models they are meant for.  Returns 1
+ * when it changed something. */
+int cli_opts_demo_defaults(cli_opts *o);
 /* A progress bar on stderr for weight loading. */
 void cli_progress(uint64_t done, uint64_t total, void *user);
 
