@@ -346,7 +346,7 @@ static const opt_help opt_help_lines[] = {
      "  --top-k K               keep the K likeliest tokens, 0 = all (default 40)\n"
      "  --top-p P               nucleus cut, 0..1 (default 0.95; 1 = off)\n"
      "  --min-p P               drop tokens below P x the likeliest's, 0..1 (default 0.05)\n"
-     "  --repeat-penalty R      > 0; divides the recent tokens' logits (default 1.0 = off)\n"
+     "  --repeat-penalty R      > 0; above 1 pushes recent tokens down (default 1.0 = off)\n"
      "  --repeat-last-n N       tokens the penalty looks back (default 64)\n"
      "  -s, --seed S            random seed (default 0)\n"},
     {CLI_USE_CHAT | CLI_USE_CHATFLAG, "chat format:\n"},
