@@ -359,6 +359,12 @@ START_TEST(no_gpu_message)
     ck_assert_msg(strstr(out, "using the CPU") != NULL, "no plain backend line:\n%s", out);
     ck_assert_msg(strstr(out, "insufficient") == NULL, "the runtime's words leak:\n%s", out);
     free(out);
+    /* the card benchmarks: a clear refusal, in a CPU build and in a CUDA
+     * build on a machine without a driver */
+    rc = test_runf(&out, "'%s' bench --kernels 2>&1", cli);
+    ck_assert_msg(rc == 1 && strstr(out, "CUDA") && !strstr(out, "insufficient"),
+                  "bench --kernels without a GPU (exit %d):\n%s", rc, out);
+    free(out);
 }
 END_TEST
 

@@ -8,6 +8,7 @@
 #include "cli/bench/bench.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/cuda/backend_cuda.h"
 
 /* A mode whose file is not in the tree yet links as NULL (see bench.h). */
 #pragma weak bench_quant
@@ -102,6 +103,7 @@ static int run_mode(const char *flag, int argc, char **argv)
     for (int i = 1; i < argc; i++)
         help |= is_help(argv[i]);
     int rc = 0;
+    const char *why = NULL;
     for (size_t i = 0; i < N_BENCH_MODES && !rc; i++) {
         const bench_mode *m = &bench_modes[i];
         if (strcmp(m->flag, flag) != 0)
@@ -112,11 +114,15 @@ static int run_mode(const char *flag, int argc, char **argv)
             else
                 printf("strata-cli bench %s: not built\n", flag);
         } else if (m->needs_cuda && !built_with_cuda) {
-            fprintf(stderr, "strata-cli bench %s: %s needs a CUDA build (nvcc; make CUDA=1)\n",
-                    flag, m->what ? m->what : "this mode");
+            fprintf(stderr, "strata-cli bench %s needs a CUDA build (nvcc; make CUDA=1)\n", flag);
             rc = 1;
         } else if (!m->fn) {
             fprintf(stderr, "strata-cli bench %s: not built\n", flag);
+            rc = 1;
+        } else if (m->needs_cuda && !cuda_backend_available(&why)) {
+            /* the runtime's own words without a driver ("CUDA driver
+             * version is insufficient ...") read like a version clash */
+            fprintf(stderr, "strata-cli bench %s needs a CUDA card: %s\n", flag, why);
             rc = 1;
         } else {
             rc = m->fn(argc, argv);
