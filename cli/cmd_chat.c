@@ -31,8 +31,8 @@
 #define CHAT_CACHE_MIB 256
 
 #define CHAT_USES                                                                \
-    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS | CLI_USE_GROUPS | \
-     CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |     \
+     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
 
 /* The chat commands: /help prints only these (the options are for the
  * command line, and 50 lines of them would scroll these away). */

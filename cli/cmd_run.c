@@ -13,8 +13,8 @@
 #include "cli/options.h"
 
 #define RUN_USES                                                                  \
-    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SAMPLING | CLI_USE_PREDICT | \
-     CLI_USE_PROMPT | CLI_USE_CHAT | CLI_USE_CHATFLAG)
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SAMPLING |  \
+     CLI_USE_PREDICT | CLI_USE_PROMPT | CLI_USE_CHAT | CLI_USE_CHATFLAG)
 
 /* Ctrl-C ends the answer where it is: generation polls the flag between
  * tokens, and the stats line still comes (as chat's Ctrl-C). */

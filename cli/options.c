@@ -32,7 +32,7 @@ static const opt_group opt_groups[] = {
     {"--kv", CLI_USE_ENGINE}, {"--kv-resident", CLI_USE_ENGINE},
     {"--layer-split", CLI_USE_ENGINE}, {"--devices", CLI_USE_ENGINE},
     {"--chunk", CLI_USE_ENGINE}, {"-t", CLI_USE_ENGINE}, {"--threads", CLI_USE_ENGINE},
-    {"-v", CLI_USE_ENGINE}, {"--verbose", CLI_USE_ENGINE},
+    {"-v", CLI_USE_VERBOSE}, {"--verbose", CLI_USE_VERBOSE},
     {"--batch", CLI_USE_SLOTS}, {"--slots", CLI_USE_SLOTS}, {"-np", CLI_USE_SLOTS},
     {"--batch-groups", CLI_USE_GROUPS},
     {"--temp", CLI_USE_SAMPLING}, {"--top-k", CLI_USE_SAMPLING}, {"--top-p", CLI_USE_SAMPLING},
@@ -130,7 +130,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
     if (!g)
         return 0;
     if (!(o->uses & g)) {
-        int flag = g == CLI_USE_CHATFLAG || !strcmp(a, "-v") || !strcmp(a, "--verbose");
+        int flag = g == CLI_USE_CHATFLAG || g == CLI_USE_VERBOSE;
         const char *v = !flag && *i + 1 < argc ? argv[*i + 1] : "";
         fprintf(stderr, "strata-cli %s: %s%s%s does nothing in this command (see "
                         "strata-cli %s --help)\n", cmd, a, *v ? " " : "", v, cmd);
@@ -330,7 +330,8 @@ static const opt_help opt_help_lines[] = {
      "                          to each card's free memory\n"
      "  --devices D0,D1,..      CUDA device of each stage (default all 0)\n"
      "  --chunk N               prefill chunk in tokens (default 256)\n"
-     "  -t, --threads N         CPU threads (default: all cores)\n"
+     "  -t, --threads N         CPU threads (default: all cores)\n"},
+    {CLI_USE_VERBOSE,
      "  -v, --verbose           describe the engine (backend, stages, budgets) on stderr\n"},
     {CLI_USE_CACHE,
      "  --conversation-cache-mib MIB  host memory for parked conversations; a finished\n"

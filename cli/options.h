@@ -36,7 +36,8 @@ typedef struct cli_opts {
 #define CLI_USE_CTX      0x400u /* -c (commands with their own default print
                                    their own help line for it) */
 #define CLI_USE_ENGINE   0x002u /* --backend --kv --kv-resident --layer-split
-                                   --devices --chunk -t -v */
+                                   --devices --chunk -t */
+#define CLI_USE_VERBOSE  0x1000u /* -v */
 #define CLI_USE_SLOTS    0x004u /* --batch/--slots/-np */
 #define CLI_USE_GROUPS   0x800u /* --batch-groups */
 #define CLI_USE_SAMPLING 0x008u /* --temp --top-k --top-p --min-p --repeat-penalty

@@ -393,19 +393,19 @@ typedef struct help_case {
 } help_case;
 
 #define ENGINE_OPTS "-m", "--backend", "--kv", "--kv-resident", "--layer-split", "--devices", \
-                    "--chunk", "--threads", "--verbose"
+                    "--chunk", "--threads"
 #define SAMPLING_OPTS "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", \
                       "--repeat-last-n", "--seed"
 
 static const help_case help_cases[] = {
-    {"run", {ENGINE_OPTS, SAMPLING_OPTS, "-c", "-n", "-p", "--chat", "-sys", "--chat-template"},
+    {"run", {ENGINE_OPTS, SAMPLING_OPTS, "--verbose", "-c", "-n", "-p", "--chat", "-sys", "--chat-template"},
      {"--conversation-cache-mib", "--batch", "--batch-groups", "-f"}},
-    {"chat", {ENGINE_OPTS, SAMPLING_OPTS, "-c", "-n", "-sys", "--chat-template", "--batch",
+    {"chat", {ENGINE_OPTS, SAMPLING_OPTS, "--verbose", "-c", "-n", "-sys", "--chat-template", "--batch",
               "--batch-groups", "--conversation-cache-mib", "--conversation-cache-slots"},
      {"--prompt", "--chat ", "-f,"}},
     {"perplexity", {ENGINE_OPTS, "-c", "-f", "--chunks"},
      {"--temp", "--top-k", "-sys", "--chat-template", "--prompt", "--n-predict",
-      "--conversation-cache-mib", "--batch", "min(model, 4096)"}},
+      "--conversation-cache-mib", "--batch", "--verbose", "min(model, 4096)"}},
     {"inspect", {"--json"}, {"--temp"}},
     {"quantize", {"--keep-type", "--embed-type", "--threads", "--quiet"}, {"--temp"}},
     {"mkmodel", {"--arch", "--layers", "--dim", "--heads", "--kv-heads", "--head-dim", "--ff",
@@ -416,19 +416,19 @@ static const help_case help_cases[] = {
     {"bench", {ENGINE_OPTS, "-c", "-p", "-n", "--batch", "--ctx", "--reps", "--json",
                "--batch-groups", "--quant", "--kernels", "--attention", "--clients",
                "--conversations"},
-     {"--temp", "--conversation-cache-mib", "-sys"}},
+     {"--temp", "--conversation-cache-mib", "-sys", "--verbose"}},
     {"bench --quant", {"--rows", "--cols", "--seconds"}, {"--temp", "-m,"}},
     {"bench --kernels", {"--types", "--shapes", "--reps", "--json", "--runs", "--quick"},
      {"--temp", "-m,"}},
     {"bench --attention", {"--runs", "--quick"}, {"--temp", "-m,", "--types"}},
-    {"bench --clients", {ENGINE_OPTS, "-c", "--clients", "--rounds", "--prompt-tokens",
+    {"bench --clients", {ENGINE_OPTS, "--verbose", "-c", "--clients", "--rounds", "--prompt-tokens",
                          "--gen-tokens", "--json", "--batch", "--batch-groups",
                          "--conversation-cache-mib", "--conversation-cache-slots"},
      {"--temp", "-sys"}},
     {"bench --conversations", {ENGINE_OPTS, "-c", "--clients", "--rounds", "--tokens",
                                "--followup", "--conversation-cache-mib",
                                "--conversation-cache-slots", "--seed", "--json", "--batch"},
-     {"--temp", "-sys"}},
+     {"--temp", "-sys", "--verbose"}},
 };
 
 /* Named as an option: preceded by a space, followed by space, comma, '=',

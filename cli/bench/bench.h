@@ -29,8 +29,8 @@ void bench_model_usage(FILE *f);
  * modes themselves, since each sizes the context its own way. */
 #define BENCH_MODEL_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_GROUPS)
 #define BENCH_CLIENTS_USES                                                         \
-    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS | CLI_USE_GROUPS | \
-     CLI_USE_CACHE)
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |      \
+     CLI_USE_GROUPS | CLI_USE_CACHE)
 #define BENCH_CONVERSATIONS_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS)
 
 #define BENCH_MODEL_MAX_BATCH 64 /* the model bench's largest --batch */
