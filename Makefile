@@ -75,7 +75,7 @@ else
   CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 endif
 
-.PHONY: all test layers asan tsan fuzz model chat bench clean help
+.PHONY: all test layers asan tsan fuzz model chat bench clean help need-libcheck
 all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
 
 # A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
@@ -96,7 +96,14 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/test/%.o: test/%.c $(FLAGS_STAMP)
+# Without libcheck the first test file would die in a raw "check.h: No such
+# file" from the compiler: say what to install instead.
+need-libcheck:
+	@printf '#include <check.h>\n' | $(CC) $(CHECK_CFLAGS) -E -x c - >/dev/null 2>&1 || \
+	    { echo "strata: the tests need libcheck: install libcheck (apt-get update && apt-get" \
+	           "install check), or unpack it and pass CHECK_PREFIX=dir" >&2; exit 1; }
+
+$(BUILD)/obj/test/%.o: test/%.c $(FLAGS_STAMP) | need-libcheck
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
@@ -136,7 +143,12 @@ fuzz: $(BUILD)/fuzz_gguf
 model:
 	@scripts/fetch-model.sh
 
-chat: all model
+# The build uses every core (a plain `make chat` would build one file at a
+# time); the demo model's own defaults (--kv f16) are strata-cli chat's.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+chat:
+	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@$(MAKE) --no-print-directory model
 	$(BUILD)/strata-cli chat
 
 bench: all

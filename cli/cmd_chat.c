@@ -22,6 +22,7 @@
 #include "cli/frontend.h"
 #include "cli/options.h"
 #include "cli/signals.h"
+#include "kernels/ops.h"
 
 /* The conversation cache for chat unless --conversation-cache-mib says
  * otherwise (0 turns it off).  One conversation at a time needs little: on
@@ -31,21 +32,37 @@
  * one is not parked (the next turn re-reads, slower but the same). */
 #define CHAT_CACHE_MIB 256
 
-static void usage(FILE *f)
+#define CHAT_USES                                                                \
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |     \
+     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
+
+/* The chat commands: /help prints only these (the options are for the
+ * command line, and 50 lines of them would scroll these away). */
+static void chat_commands(FILE *f)
 {
-    fprintf(f, "usage: strata-cli chat [-m MODEL] [options]\n\n"
-               "Interactive chat; with no -m, the demo model (`make model`).  Commands:\n"
-               "  /reset        forget the conversation\n"
-               "  /system TEXT  set the system prompt (starts a new conversation)\n"
+    fprintf(f, "  /reset        forget the conversation (the system prompt stays)\n"
+               "  /system TEXT  set the system prompt (starts a new conversation);\n"
+               "                /system alone clears it\n"
                "  /stats        rates, prompt tokens read vs restored, context use, budgets\n"
                "  /help         this list\n"
                "  /quit         leave (Ctrl-D too); Ctrl-C stops the current answer (what it\n"
-               "                said so far stays in the conversation)\n\n"
+               "                said so far stays in the conversation)\n");
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli chat [-m MODEL] [options]\n\n"
+               "Interactive chat; with no -m, the demo model (`make model`).  On the demo\n"
+               "model the defaults are --kv f16 --temp 0 (its 135M parameters lose the thread\n"
+               "with a quantized K and V, and when sampling); other models get k8v4 and 0.8.\n"
+               "Commands:\n");
+    chat_commands(f);
+    fprintf(f, "\n"
                "Each turn sends the whole conversation to the scheduler; a follow-up turn\n"
                "restores the previous turns from the conversation cache instead of\n"
                "re-reading them (--conversation-cache-mib, default %d for chat; 0: off,\n"
                "every turn re-reads the conversation).\n\n", CHAT_CACHE_MIB);
-    cli_opts_help(f);
+    cli_opts_help(f, CHAT_USES);
 }
 
 static void on_sigint(int sig)
@@ -54,9 +71,10 @@ static void on_sigint(int sig)
     frontend_interrupted = 1;
 }
 
-/* Read one line (without its newline) into a growing buffer.  Returns 1 on a
- * line, 0 on EOF, -1 when interrupted at the prompt. */
-static int read_line(char **buf, size_t *cap)
+/* Read one line (without its newline) into a growing buffer; *len is its
+ * length in bytes, which differs from strlen when it holds a NUL byte.
+ * Returns 1 on a line, 0 on EOF, -1 when interrupted at the prompt. */
+static int read_line(char **buf, size_t *cap, size_t *len)
 {
     size_t n = 0;
     for (;;) {
@@ -76,6 +94,7 @@ static int read_line(char **buf, size_t *cap)
                 return -1;
             }
             (*buf)[n] = '\0';
+            *len = n;
             return n > 0 ? 1 : 0;
         }
         if (c == '\n')
@@ -83,6 +102,7 @@ static int read_line(char **buf, size_t *cap)
         (*buf)[n++] = (char)c;
     }
     (*buf)[n] = '\0';
+    *len = n;
     return 1;
 }
 
@@ -108,6 +128,13 @@ static void print_cache_stats(chat_state *c)
     if (!st.on) {
         printf("conversation cache: off (--conversation-cache-mib 0): every turn re-reads "
                "the conversation\n");
+        return;
+    }
+    if (st.cache.bytes_max == 0) {
+        /* the budget is taken at the first capture: "0 of 0 MiB" said
+         * neither what is kept nor what may be */
+        printf("conversation cache: empty; budget %zu MiB, set aside when the first "
+               "conversation is parked\n", c->cache_mib);
         return;
     }
     /* Up to date with the last answer: the scheduler publishes its counters
@@ -185,7 +212,8 @@ static int command(chat_state *c, const char *line)
     } else if (!strcmp(line, "/stats")) {
         print_stats(c);
     } else if (!strcmp(line, "/help")) {
-        usage(stdout);
+        chat_commands(stdout);
+        printf("(the command line's options: strata-cli chat --help)\n");
     } else {
         printf("unknown command %s (/help lists them)\n", line);
     }
@@ -230,6 +258,32 @@ static void stream_answer(chat_state *c, sched_handle *h, sched_result *res)
     }
 }
 
+/* What to do about a turn that does not fit the context.  /reset helps
+ * only when earlier turns are in the way: it keeps the system prompt, so
+ * when that alone fills the context it must be shortened. */
+static void limit_hint(chat_state *c)
+{
+    int n_ctx = strata_n_ctx(c->fe.e);
+    if (c->conv.toks.n > 0) {
+        fprintf(stderr, "(use /reset to start over)\n");
+        return;
+    }
+    tok_ids sys = {0};
+    strata_error err = {0};
+    int n_sys = -1;
+    if (c->system && !frontend_chat_first_turn(&c->fe, c->system, "", &sys, &err))
+        n_sys = (int)sys.n;
+    tok_ids_free(&sys);
+    if (n_sys >= n_ctx)
+        fprintf(stderr, "(the system prompt alone takes %d tokens of the %d-token context, and "
+                        "/reset keeps it: shorten it with /system TEXT, clear it with /system, "
+                        "or raise -c)\n", n_sys, n_ctx);
+    else
+        fprintf(stderr, "(this message does not fit the %d-token context even as a new "
+                        "conversation: shorten it%s, or raise -c)\n", n_ctx,
+                c->system ? " or the system prompt (/system TEXT)" : "");
+}
+
 static void turn(chat_state *c, const char *line)
 {
     strata_error err = {0};
@@ -248,7 +302,7 @@ static void turn(chat_state *c, const char *line)
         conv_drop_turn(&c->conv);
         fprintf(stderr, "strata-cli chat: %s\n", err.msg);
         if (rc == STRATA_E_LIMIT)
-            fprintf(stderr, "(use /reset to start over)\n");
+            limit_hint(c);
         return;
     }
     sched_result res;
@@ -313,6 +367,8 @@ int cmd_chat(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = CHAT_USES;
+    o.cmd = "chat";
     o.conv_cache_mib = CHAT_CACHE_MIB; /* before parsing: the user's value wins, 0 too */
     int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
     if (st >= 0)
@@ -326,6 +382,7 @@ int cmd_chat(int argc, char **argv)
     }
     if (cli_opts_default_model(&o, "chat"))
         return 1;
+    cli_opts_demo_defaults(&o);
     o.chat = 1;
     chat_state c;
     memset(&c, 0, sizeof c);
@@ -344,25 +401,33 @@ int cmd_chat(int argc, char **argv)
     }
     int tty = isatty(0);
     if (tty)
-        fprintf(stderr, "strata chat (%s, %s, conversation cache %zu MiB). /help for commands, "
-                        "Ctrl-C stops an answer, Ctrl-D or /quit leaves.\n",
+        fprintf(stderr, "strata chat (%s, %s, KV %s, temp %g, conversation cache %zu MiB). /help "
+                        "for commands, Ctrl-C stops an answer, Ctrl-D or /quit leaves.\n",
                 strata_model(c.fe.e)->arch_name,
-                strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", c.cache_mib);
+                strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu",
+                o.ep.kv_type == KV_F16 ? "f16" : "k8v4", (double)o.sp.temp, c.cache_mib);
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, len = 0;
     for (;;) {
         if (tty) {
             printf("> ");
             fflush(stdout);
         }
         frontend_interrupted = 0;
-        int r = read_line(&line, &cap);
+        int r = read_line(&line, &cap, &len);
         if (r < 0) {
             printf("\n(Ctrl-D or /quit to leave)\n");
             continue;
         }
         if (r == 0)
             break;
+        if (strlen(line) != len) {
+            /* The text goes on as a C string: a NUL would end the line
+             * there, silently.  Say so rather than send half of it. */
+            fprintf(stderr, "strata-cli chat: the line holds a NUL byte (at byte %zu of %zu); "
+                            "nothing sent\n", strlen(line) + 1, len);
+            continue;
+        }
         if (!line[0])
             continue;
         if (line[0] == '/') {

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "model/gguf.h"
 #include "model/quant.h"
+#include "text/unicode.h"
 
 #define ARRAY_HEAD 8     /* array elements shown before "..." */
 #define TEXT_STR_MAX 72  /* string bytes shown in text mode */
@@ -34,20 +35,19 @@ static void usage(FILE *f)
 
 /* ---- strings ---------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid.
+ * Strict, as JSON parsers are: overlong forms, surrogates (ED A0..BF),
+ * values past U+10FFFF and the lead bytes C0, C1, F5..FF are invalid, not
+ * only a bad continuation byte (text/unicode.c's decoder). */
 static size_t utf8_len(const uint8_t *p, uint64_t n)
 {
-    size_t len = p[0] < 0x80 ? 1 : (p[0] >> 5) == 6 ? 2 : (p[0] >> 4) == 14 ? 3
-               : (p[0] >> 3) == 30 ? 4 : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
+    uint32_t cp;
+    size_t len = utf8_next(p, n, &cp);
+    return cp == UNICODE_INVALID ? 0 : len;
 }
 
-/* A JSON string; invalid UTF-8 bytes become U+FFFD so the output parses. */
+/* A JSON string; each byte of an invalid UTF-8 sequence becomes U+FFFD so
+ * the output parses. */
 static void json_str(FILE *f, const char *s, uint64_t n)
 {
     const uint8_t *p = (const uint8_t *)s;

@@ -24,6 +24,9 @@
 #include "text/tokenizer.h"
 #include "cli/options.h"
 
+/* No sampling, no prompt, no chat: perplexity only reads logits. */
+#define PPL_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_FILE)
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -36,9 +39,10 @@ static void usage(FILE *f)
             "  final: ppl=P +/- E tokens=N windows=W ctx=C tok/s=R\n"
             "where E is the standard error, N the tokens scored, R the tokens read per second.\n\n"
             "  -f, --file TEXT         the text (UTF-8)\n"
+            "  -c, --ctx-size CTX      the window in tokens (default 512, at least 4)\n"
             "  --chunks N              score at most N windows (default: all)\n"
             "  (--chunk N is the engine's prefill chunk, below)\n\n");
-    cli_opts_help(f);
+    cli_opts_help(f, PPL_USES & ~(CLI_USE_FILE | CLI_USE_CTX));
 }
 
 /* The whole file, NUL-terminated; NULL with a message on failure. */
@@ -114,6 +118,8 @@ int cmd_perplexity(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = PPL_USES;
+    o.cmd = "perplexity";
     int max_windows = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -139,6 +145,8 @@ int cmd_perplexity(int argc, char **argv)
             return 2;
         }
     }
+    if (cli_opts_check(&o, "perplexity"))
+        return 2;
     if (!o.file) {
         fprintf(stderr, "strata-cli perplexity: no text (-f FILE)\n");
         return 2;
@@ -174,6 +182,8 @@ int cmd_perplexity(int argc, char **argv)
     tok_ids ids = {0};
     float *logits = NULL;
     int rc = strata_open(&o.ep, &e, &err);
+    if (!rc)
+        cli_opts_warn_opened(&o, "perplexity", e);
     if (!rc) {
         seq = strata_seq_new(e, &err);
         rc = seq ? 0 : err.code;

@@ -79,7 +79,19 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && i + 1 < argc) {
-            p.n_threads = atoi(argv[++i]);
+            /* atoi read "abc" as 0 (one thread per core) without a word */
+            char *end = NULL;
+            const char *v = argv[++i];
+            long n = strtol(v, &end, 10);
+            if (!*v || *end || n < 1 || n > 4096) {
+                fprintf(stderr, "quantize: %s '%s' is not a thread count in 1..4096\n", a, v);
+                goto out;
+            }
+            p.n_threads = (int)n;
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--embed-type") ||
+                    !strcmp(a, "--keep-type")) && i + 1 >= argc) {
+            fprintf(stderr, "quantize: %s needs a value\n", a);
+            goto out;
         } else if (!strcmp(a, "--embed-type") && i + 1 < argc) {
             if ((p.embed_type = parse_type(argv[++i], "--embed-type")) < 0)
                 goto out;

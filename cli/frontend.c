@@ -59,6 +59,8 @@ int frontend_open_flags(frontend *f, cli_opts *o, int flags, strata_error *err)
     f->t_load = strata_now() - t0;
     sigaction(SIGINT, &old, NULL);
     frontend_interrupted = 0;
+    if (!rc)
+        cli_opts_warn_opened(o, o->cmd, f->e);
     if (!rc && !(flags & FRONTEND_NO_SEQ)) {
         f->seq = strata_seq_new(f->e, err);
         if (!f->seq)

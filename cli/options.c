@@ -1,4 +1,5 @@
 /* options.c: shared engine and sampling options (see options.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,42 @@ void cli_opts_init(cli_opts *o)
     o->sp = sampler_defaults();
     o->sp.seed = 0;
     o->n_predict = -1;
+    o->uses = ~0u;
+    o->cmd = "run";
+}
+
+/* The group of each shared option (see CLI_USE_* in options.h). */
+typedef struct opt_group {
+    const char *name;
+    unsigned group;
+} opt_group;
+
+static const opt_group opt_groups[] = {
+    {"-m", CLI_USE_MODEL}, {"--model", CLI_USE_MODEL},
+    {"-c", CLI_USE_CTX}, {"--ctx-size", CLI_USE_CTX}, {"--backend", CLI_USE_ENGINE},
+    {"--kv", CLI_USE_ENGINE}, {"--kv-resident", CLI_USE_ENGINE},
+    {"--layer-split", CLI_USE_ENGINE}, {"--devices", CLI_USE_ENGINE},
+    {"--chunk", CLI_USE_ENGINE}, {"-t", CLI_USE_ENGINE}, {"--threads", CLI_USE_ENGINE},
+    {"-v", CLI_USE_VERBOSE}, {"--verbose", CLI_USE_VERBOSE},
+    {"--batch", CLI_USE_SLOTS}, {"--slots", CLI_USE_SLOTS}, {"-np", CLI_USE_SLOTS},
+    {"--batch-groups", CLI_USE_GROUPS},
+    {"--temp", CLI_USE_SAMPLING}, {"--top-k", CLI_USE_SAMPLING}, {"--top-p", CLI_USE_SAMPLING},
+    {"--min-p", CLI_USE_SAMPLING}, {"--repeat-penalty", CLI_USE_SAMPLING},
+    {"--repeat-last-n", CLI_USE_SAMPLING}, {"-s", CLI_USE_SAMPLING}, {"--seed", CLI_USE_SAMPLING},
+    {"-n", CLI_USE_PREDICT}, {"--n-predict", CLI_USE_PREDICT},
+    {"-p", CLI_USE_PROMPT}, {"--prompt", CLI_USE_PROMPT},
+    {"-sys", CLI_USE_CHAT}, {"--system-prompt", CLI_USE_CHAT}, {"--chat-template", CLI_USE_CHAT},
+    {"--chat", CLI_USE_CHATFLAG},
+    {"--conversation-cache-mib", CLI_USE_CACHE}, {"--conversation-cache-slots", CLI_USE_CACHE},
+    {"-f", CLI_USE_FILE}, {"--file", CLI_USE_FILE},
+};
+
+static unsigned group_of(const char *a)
+{
+    for (size_t k = 0; k < sizeof opt_groups / sizeof opt_groups[0]; k++)
+        if (!strcmp(a, opt_groups[k].name))
+            return opt_groups[k].group;
+    return 0;
 }
 
 static int need(const char *cmd, int argc, char **argv, int *i)
@@ -38,22 +75,70 @@ static int to_int(const char *cmd, const char *opt, const char *v, int lo, int *
     return 1;
 }
 
-static int to_float(const char *cmd, const char *opt, const char *v, float *out)
+/* A finite number in [lo, hi] (lo excluded when lo_open): NaN and the
+ * infinities parse with strtof but mean nothing to a sampler. */
+static int to_float(const char *cmd, const char *opt, const char *v, float lo, int lo_open,
+                    float hi, float *out)
 {
     char *end;
     float x = strtof(v, &end);
-    if (!*v || *end) {
+    if (!*v || *end || !isfinite(x)) {
         fprintf(stderr, "strata-cli %s: %s '%s' is not a number\n", cmd, opt, v);
+        return -1;
+    }
+    if (x < lo || (lo_open && x == lo) || x > hi) {
+        if (hi >= 1e30f)
+            fprintf(stderr, "strata-cli %s: %s '%s' must be %s %g\n", cmd, opt, v,
+                    lo_open ? "greater than" : "at least", lo);
+        else
+            fprintf(stderr, "strata-cli %s: %s '%s' must be in %c%g, %g]\n", cmd, opt, v,
+                    lo_open ? '(' : '[', lo, hi);
         return -1;
     }
     *out = x;
     return 1;
 }
 
+/* NUMBER(,NUMBER)*, each >= 0: the engine's own parse accepts a trailing
+ * comma ("5,") and would run one stage where the user asked for two. */
+static int to_list(const char *cmd, const char *opt, const char *v, int allow_auto)
+{
+    if (allow_auto && !strcmp(v, "auto"))
+        return 1;
+    const char *p = v;
+    for (;;) {
+        const char *d = p;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p == d || p - d > 9)
+            break;
+        if (!*p)
+            return 1;
+        if (*p++ != ',')
+            break;
+    }
+    fprintf(stderr, "strata-cli %s: %s '%s': expected numbers separated by commas%s\n", cmd, opt,
+            v, allow_auto ? " or 'auto'" : "");
+    return -1;
+}
+
 int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
+    o->cmd = cmd;
+    unsigned g = group_of(a);
+    if (!g)
+        return 0;
+    if (!(o->uses & g)) {
+        int flag = g == CLI_USE_CHATFLAG || g == CLI_USE_VERBOSE;
+        const char *v = !flag && *i + 1 < argc ? argv[*i + 1] : "";
+        fprintf(stderr, "strata-cli %s: %s%s%s does nothing in this command (see "
+                        "strata-cli %s --help)\n", cmd, a, *v ? " " : "", v, cmd);
+        return -1;
+    }
 #define IS(s) (!strcmp(a, s))
+    o->kv_given |= IS("--kv");
+    o->temp_given |= IS("--temp");
     if (IS("--chat")) {
         o->chat = 1;
         return 1;
@@ -93,15 +178,16 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
     else if (IS("-c") || IS("--ctx-size"))
         return to_int(cmd, a, v, 1, &o->ep.n_ctx);
     else if (IS("--temp"))
-        return to_float(cmd, a, v, &o->sp.temp);
+        return to_float(cmd, a, v, 0, 0, 1e30f, &o->sp.temp);
     else if (IS("--top-k"))
         return to_int(cmd, a, v, 0, &o->sp.top_k);
     else if (IS("--top-p"))
-        return to_float(cmd, a, v, &o->sp.top_p);
+        return to_float(cmd, a, v, 0, 0, 1, &o->sp.top_p);
     else if (IS("--min-p"))
-        return to_float(cmd, a, v, &o->sp.min_p);
+        return to_float(cmd, a, v, 0, 0, 1, &o->sp.min_p);
     else if (IS("--repeat-penalty"))
-        return to_float(cmd, a, v, &o->sp.repeat_penalty);
+        /* 0 divides the logits by zero, negative flips them: "hihihi" */
+        return to_float(cmd, a, v, 0, 1, 1e30f, &o->sp.repeat_penalty);
     else if (IS("--repeat-last-n"))
         return to_int(cmd, a, v, 0, &o->sp.repeat_last_n);
     else if (IS("-s") || IS("--seed")) {
@@ -133,10 +219,13 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
         return to_int(cmd, a, v, 1, &o->ep.n_slots);
     else if (IS("--batch-groups"))
         return to_int(cmd, a, v, 1, &o->ep.batch_groups);
-    else if (IS("--layer-split"))
+    else if (IS("--layer-split")) {
         o->ep.layer_split = v;
-    else if (IS("--devices"))
+        return to_list(cmd, a, v, 1);
+    } else if (IS("--devices")) {
         o->ep.devices = v;
+        return to_list(cmd, a, v, 0);
+    }
     else if (IS("--kv-resident"))
         return to_int(cmd, a, v, 1, &o->ep.kv_resident);
     else if (IS("-t") || IS("--threads"))
@@ -181,46 +270,100 @@ int cli_opts_check(const cli_opts *o, const char *cmd)
                         "split into equal groups)\n", cmd, G, N);
         return -1;
     }
+    /* run reads the chat options only to wrap the prompt with --chat */
+    if ((o->uses & CLI_USE_CHATFLAG) && !o->chat && (o->system || o->chat_template)) {
+        fprintf(stderr, "strata-cli %s: %s '%s' needs --chat (without it the prompt is plain "
+                        "text)\n", cmd, o->system ? "-sys" : "--chat-template",
+                o->system ? o->system : o->chat_template);
+        return -1;
+    }
+    if (o->ep.devices && o->ep.backend == STRATA_BACKEND_CPU) {
+        fprintf(stderr, "strata-cli %s: --devices '%s' names CUDA devices, but --backend is cpu\n",
+                cmd, o->ep.devices);
+        return -1;
+    }
     return 0;
 }
 
-void cli_opts_help(FILE *f)
+void cli_opts_warn_opened(const cli_opts *o, const char *cmd, const strata_engine *e)
 {
-    fprintf(f,
-            "model and engine:\n"
-            "  -m, --model FILE        GGUF model (default: the demo model, `make model`)\n"
-            "  -c, --ctx-size N        context per conversation (default: min(model, 4096))\n"
-            "  -n, --n-predict N       tokens to generate at most (default -1: until a stop\n"
-            "                          token or the context is full)\n"
-            "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-            "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0)\n"
-            "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"
-            "  --batch N, --slots N    conversations decoding together (default 1)\n"
-            "  --batch-groups G        with --layer-split: a decode step's slots flow through\n"
-            "                          the stages as a pipeline of G groups (stage k works on\n"
-            "                          one group while stage k+1 works on another); G divides\n"
-            "                          --batch (default 1: off)\n"
-            "  --layer-split L1,L2,..|auto  first layer of each stage after the first; auto:\n"
-            "                          one stage per --devices entry, weight bytes in proportion\n"
-            "                          to each card's free memory\n"
-            "  --devices D0,D1,..      CUDA device of each stage (default all 0)\n"
-            "  --chunk N               prefill chunk in tokens (default 256)\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  --conversation-cache-mib MIB  host memory for parked conversations (default 0:\n"
-            "                          off; chat: 256); a finished turn's KV is kept there and\n"
-            "                          the next turn of that conversation restores it instead\n"
-            "                          of re-reading its history (front ends on the scheduler\n"
-            "                          use it: chat, bench --clients)\n"
-            "  --conversation-cache-slots K  most conversations kept (default 64 when the\n"
-            "                          cache is on); least recently used go first\n"
-            "sampling:\n"
-            "  --temp T                temperature (default 0.8; 0 = greedy)\n"
-            "  --top-k K --top-p P --min-p P  (defaults 40, 0.95, 0.05)\n"
-            "  --repeat-penalty R --repeat-last-n N  (defaults 1.0 = off, 64)\n"
-            "  -s, --seed S            random seed (default 0)\n"
-            "chat format:\n"
-            "  -sys, --system-prompt T system message\n"
-            "  --chat-template NAME    chatml, llama3 or gemma (default: from the model)\n");
+    int train = strata_model(e)->hp.n_ctx_train;
+    if (o->ep.n_ctx > 0 && train > 0 && o->ep.n_ctx > train)
+        fprintf(stderr, "strata-cli %s: warning: -c %d is above the %d tokens the model was "
+                        "trained on; past those its answers degrade\n", cmd, o->ep.n_ctx, train);
+    if (o->ep.devices && strata_backend(e) != STRATA_BACKEND_CUDA)
+        fprintf(stderr, "strata-cli %s: warning: --devices '%s' does nothing on the CPU "
+                        "backend\n", cmd, o->ep.devices);
+}
+
+/* The help lines of each group, in the order printed. */
+typedef struct opt_help {
+    unsigned group;
+    const char *text;
+} opt_help;
+
+static const opt_help opt_help_lines[] = {
+    {CLI_USE_MODEL,
+     "  -m, --model FILE        GGUF model (default: the demo model, `make model`)\n"},
+    {CLI_USE_CTX,
+     "  -c, --ctx-size N        context per conversation (default: min(model, 4096))\n"},
+    {CLI_USE_PROMPT, "  -p, --prompt TEXT       the prompt\n"},
+    {CLI_USE_FILE, "  -f, --file TEXT         the text (UTF-8)\n"},
+    {CLI_USE_PREDICT,
+     "  -n, --n-predict N       tokens to generate at most (default -1: until a stop\n"
+     "                          token or the context is full)\n"},
+    {CLI_USE_ENGINE,
+     "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
+     "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0; run and\n"
+     "                          chat on the demo model: f16)\n"
+     "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
+    {CLI_USE_SLOTS,
+     "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
+    {CLI_USE_GROUPS,
+     "  --batch-groups G        with --layer-split: a decode step's slots flow through\n"
+     "                          the stages as a pipeline of G groups (stage k works on\n"
+     "                          one group while stage k+1 works on another); G divides\n"
+     "                          --batch (default 1: off)\n"},
+    {CLI_USE_ENGINE,
+     "  --layer-split L1,L2,..|auto  first layer of each stage after the first; auto:\n"
+     "                          one stage per --devices entry, weight bytes in proportion\n"
+     "                          to each card's free memory\n"
+     "  --devices D0,D1,..      CUDA device of each stage (default all 0)\n"
+     "  --chunk N               prefill chunk in tokens (default 256)\n"
+     "  -t, --threads N         CPU threads (default: all cores)\n"},
+    {CLI_USE_VERBOSE,
+     "  -v, --verbose           describe the engine (backend, stages, budgets) on stderr\n"},
+    {CLI_USE_CACHE,
+     "  --conversation-cache-mib MIB  host memory for parked conversations; a finished\n"
+     "                          turn's KV is kept there and the next turn of that\n"
+     "                          conversation restores it instead of re-reading its\n"
+     "                          history (0: off)\n"
+     "  --conversation-cache-slots K  most conversations kept (default 64 when the\n"
+     "                          cache is on); least recently used go first\n"},
+    {CLI_USE_SAMPLING,
+     "sampling:\n"
+     "  --temp T                temperature, >= 0 (default 0.8, run and chat on the demo\n"
+     "                          model 0; 0 = greedy)\n"
+     "  --top-k K               keep the K likeliest tokens, 0 = all (default 40)\n"
+     "  --top-p P               nucleus cut, 0..1 (default 0.95; 1 = off)\n"
+     "  --min-p P               drop tokens below P x the likeliest's, 0..1 (default 0.05)\n"
+     "  --repeat-penalty R      > 0; above 1 pushes recent tokens down (default 1.0 = off)\n"
+     "  --repeat-last-n N       tokens the penalty looks back (default 64)\n"
+     "  -s, --seed S            random seed (default 0)\n"},
+    {CLI_USE_CHAT | CLI_USE_CHATFLAG, "chat format:\n"},
+    {CLI_USE_CHATFLAG,
+     "  --chat                  wrap the prompt as one user turn of the chat format\n"},
+    {CLI_USE_CHAT,
+     "  -sys, --system-prompt T system message\n"
+     "  --chat-template NAME    chatml, llama3 or gemma (default: from the model)\n"},
+};
+
+void cli_opts_help(FILE *f, unsigned uses)
+{
+    fprintf(f, "model and engine:\n");
+    for (size_t k = 0; k < sizeof opt_help_lines / sizeof opt_help_lines[0]; k++)
+        if (uses & opt_help_lines[k].group)
+            fputs(opt_help_lines[k].text, f);
 }
 
 int cli_opts_default_model(cli_opts *o, const char *cmd)
@@ -228,7 +371,7 @@ int cli_opts_default_model(cli_opts *o, const char *cmd)
     if (o->ep.model_path)
         return 0;
     const char *home = getenv("HOME");
-    snprintf(o->model_buf, sizeof o->model_buf, "%s/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf",
+    snprintf(o->model_buf, sizeof o->model_buf, "%s/.cache/strata/" CLI_DEMO_MODEL,
              home ? home : ".");
     struct stat st;
     if (stat(o->model_buf, &st) != 0) {
@@ -238,6 +381,27 @@ int cli_opts_default_model(cli_opts *o, const char *cmd)
     }
     o->ep.model_path = o->model_buf;
     return 0;
+}
+
+int cli_opts_demo_defaults(cli_opts *o)
+{
+    const char *p = o->ep.model_path;
+    if (!p)
+        return 0;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    if (strcmp(base, CLI_DEMO_MODEL) != 0)
+        return 0;
+    int changed = 0;
+    if (!o->kv_given && o->ep.kv_type != KV_F16) {
+        o->ep.kv_type = KV_F16;
+        changed = 1;
+    }
+    if (!o->temp_given && o->sp.temp != 0.0f) {
+        o->sp.temp = 0.0f;
+        changed = 1;
+    }
+    return changed;
 }
 
 void cli_progress(uint64_t done, uint64_t total, void *user)

@@ -130,7 +130,7 @@ static int choose_backend(strata_engine *e, strata_error *err)
         if (have)
             fprintf(stderr, "strata: backend cuda\n");
         else
-            fprintf(stderr, "strata: backend cpu (%s)\n", why);
+            fprintf(stderr, "strata: %s; using the CPU\n", why);
     }
     return 0;
 }

@@ -12,6 +12,33 @@
 #ifndef STRATA_CLI_BENCH_H
 #define STRATA_CLI_BENCH_H
 
+#include <stdio.h>
+
+#include "cli/options.h"
+
+/* Each mode's --help text, beside its parser so the two stay in step:
+ * `bench MODE --help` prints it and runs nothing. */
+void bench_quant_usage(FILE *f);
+void bench_kernels_usage(FILE *f);
+void bench_attention_usage(FILE *f);
+void bench_clients_usage(FILE *f);
+void bench_conversations_usage(FILE *f);
+void bench_model_usage(FILE *f);
+
+/* The shared options each mode reads (cli/options.h); -c is listed by the
+ * modes themselves, since each sizes the context its own way. */
+#define BENCH_MODEL_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_GROUPS)
+#define BENCH_CLIENTS_USES                                                         \
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |      \
+     CLI_USE_GROUPS | CLI_USE_CACHE)
+#define BENCH_CONVERSATIONS_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS)
+
+#define BENCH_MODEL_MAX_BATCH 64 /* the model bench's largest --batch */
+
+/* A whole decimal integer in [lo, hi] for a mode's own option; -1 with a
+ * message naming the option and the value otherwise. */
+int bench_int(const char *mode, const char *opt, const char *v, long lo, long hi, long *out);
+
 /* --quant: quantizer MB/s and CPU matvec GB/s per type (bench_quant.c) */
 int bench_quant(int argc, char **argv);
 /* --kernels: CUDA weight kernels vs the card's bandwidth (bench_kernels.c) */
@@ -25,9 +52,5 @@ int bench_conversations(int argc, char **argv);
 /* the default mode, -m MODEL: prompt and decode rates (cmd_bench.c) */
 int bench_model(int argc, char **argv);
 
-/* Parse a mode's integer option: the whole of v, decimal, in [lo, hi].
- * Returns 0, or -1 after "strata-cli bench: OPT 'V' must be an integer from
- * LO to HI" on stderr (atoi took "2147483647" and garbage alike). */
-int bench_int_arg(const char *opt, const char *v, long long lo, long long hi, long long *out);
 
 #endif

@@ -19,7 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench/bench.h"
+
 int bench_attention(int argc, char **argv);
+
+void bench_attention_usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli bench --attention [--runs N] [--quick]\n\n"
+               "Paged flash attention over the k8v4 cache on the card: decode and prefill\n"
+               "times per context against the bytes read and ggml's figures.  Needs a CUDA\n"
+               "build and a card.\n\n"
+               "  --runs N                timed runs per figure, 15..101 (default 21)\n"
+               "  --quick                 contexts 4K and 32K only\n");
+}
 
 #ifndef STRATA_CUDA
 
@@ -189,11 +201,24 @@ static const ba_ggml ggml_ref[] = {{4096, 19.9f, 191.0f}, {16384, 67.3f, 712.0f}
 int bench_attention(int argc, char **argv)
 {
     int runs = 21, quick = 0;
+    int via_kernels = 0; /* run by --kernels, after the weight kernels */
+    for (int i = 1; i < argc; i++)
+        via_kernels |= !strcmp(argv[i], "--kernels");
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+        const char *a = argv[i];
+        int kernels_opt = !strcmp(a, "--reps") || !strcmp(a, "--types") || !strcmp(a, "--shapes");
+        if (!strcmp(a, "--runs") && i + 1 < argc)
             runs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--quick"))
+        else if (!strcmp(a, "--quick"))
             quick = 1;
+        else if (via_kernels && kernels_opt && i + 1 < argc)
+            i++; /* the weight kernels' options, parsed there */
+        else if (strcmp(a, "--attention") && strcmp(a, "--kernels") &&
+                 !(via_kernels && !strcmp(a, "--json"))) {
+            fprintf(stderr, "strata-cli bench --attention: unknown option '%s' (see bench "
+                            "--attention --help)\n", a);
+            return 2;
+        }
     }
     if (runs < 15)
         runs = 15;

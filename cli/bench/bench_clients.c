@@ -308,7 +308,7 @@ static int bc_write_answers(const bc_conf *c, const int32_t *ids)
     return 0;
 }
 
-static void bc_usage(FILE *f)
+void bench_clients_usage(FILE *f)
 {
     fprintf(f, "usage: strata-cli bench --clients C [--rounds R] [--prompt-tokens P]\n"
                "                        [--gen-tokens G] [--batch N] [--json] [options]\n\n"
@@ -322,8 +322,15 @@ static void bc_usage(FILE *f)
                "rounds compares restoring the history with re-reading it.\n\n"
                "The answers are greedy, so both runs must give the same tokens: the bench\n"
                "fails if they differ.  --answers FILE writes them (one line per request:\n"
-               "\"client round: ids\") to compare runs, e.g. one card against several.\n\n");
-    cli_opts_help(f);
+               "\"client round: ids\") to compare runs, e.g. one card against several.\n\n"
+               "  --clients C             client threads (default 4)\n"
+               "  --rounds R              requests per client (default 1)\n"
+               "  --prompt-tokens P       random prompt tokens per request (default 16)\n"
+               "  --gen-tokens G          tokens generated per request (default 8)\n"
+               "  --answers FILE          write every request's generated ids there\n"
+               "  --json                  print one JSON object instead of the table\n"
+               "  -c, --ctx-size N        context per slot (default: what the rounds need)\n");
+    cli_opts_help(f, BENCH_CLIENTS_USES & ~CLI_USE_CTX);
 }
 
 static int bc_int(const char *opt, const char *v, int lo, int *out)
@@ -370,12 +377,14 @@ int bench_clients(int argc, char **argv)
     bc_conf c = {.clients = 4, .rounds = 1, .prompt_tokens = 16, .gen_tokens = 8};
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = BENCH_CLIENTS_USES;
+    o.cmd = "bench";
     o.ep.n_slots = 0; /* 0 after parsing: --batch not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bc_usage(stdout);
+            bench_clients_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json"))
             c.json = 1;

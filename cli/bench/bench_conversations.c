@@ -291,47 +291,61 @@ static int time_followup(bench *b, strata_seq *s, const int32_t *hist, int n, in
     return rc;
 }
 
+void bench_conversations_usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli bench --conversations [--clients C] [--rounds R] [--tokens T]\n"
+               "                        [--followup F] [--conversation-cache-mib M] [--json]\n"
+               "                        [options]\n\n"
+               "C clients x R rounds of long conversations leaving and coming back: capture\n"
+               "into the conversation cache, restore from it, the slot shuttle (stage copies in\n"
+               "parallel and serial), and a follow-up's first token restored vs re-read.\n\n"
+               "  --clients C             conversations (default 9)\n"
+               "  --rounds R              rounds each (default 3)\n"
+               "  --tokens T              tokens a conversation holds after R rounds\n"
+               "                          (default 110000)\n"
+               "  --followup F            tokens of a follow-up turn (default 128)\n"
+               "  --conversation-cache-mib M  the cache (default: room for every conversation)\n"
+               "  --conversation-cache-slots K  most conversations kept (default 192)\n"
+               "  --seed S                random tokens' seed (default 1)\n"
+               "  --json                  print one JSON object instead of the table\n"
+               "  -c, --ctx-size N        context per slot (default T + F + 1)\n");
+    cli_opts_help(f, BENCH_CONVERSATIONS_USES & ~CLI_USE_CTX);
+}
+
 int bench_conversations(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = BENCH_CONVERSATIONS_USES;
+    o.cmd = "bench";
     int clients = 9, rounds = 3, tokens = 110000, followup = 128, json = 0, slots = 192;
     long mib = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *iv = !strcmp(a, "--clients") ? &clients : !strcmp(a, "--rounds") ? &rounds
+                : !strcmp(a, "--tokens") ? &tokens : !strcmp(a, "--followup") ? &followup
+                : !strcmp(a, "--conversation-cache-slots") ? &slots : NULL;
+        long x = 0;
         if (!strcmp(a, "--conversations"))
             continue;
-        else if ((!strcmp(a, "--clients") || !strcmp(a, "--rounds") || !strcmp(a, "--tokens") ||
-                  !strcmp(a, "--followup") || !strcmp(a, "--conversation-cache-mib") ||
-                  !strcmp(a, "--conversation-cache-slots")) && has) {
+        else if (iv || !strcmp(a, "--conversation-cache-mib") || !strcmp(a, "--seed")) {
             /* strict and bounded: every product below is then formed in
              * 64 bits from values that cannot wrap it (--tokens 2147483647
              * used to overflow tokens + followup + 1) */
-            long long x;
             int is_tok = !strcmp(a, "--tokens") || !strcmp(a, "--followup");
-            long long hi = is_tok ? STRATA_MAX_CTX : !strcmp(a, "--clients") ? 4096
-                         : !strcmp(a, "--rounds") ? 65536 : 1 << 30;
-            long long lo = !strcmp(a, "--conversation-cache-mib") ? 0 : 1;
-            if (bench_int_arg(a, argv[++i], lo, hi, &x))
+            long hi = is_tok ? STRATA_MAX_CTX : !strcmp(a, "--clients") ? 4096
+                    : !strcmp(a, "--rounds") ? 65536 : 1 << 30;
+            if (bench_int("--conversations", a, v, iv ? 1 : 0, hi, &x))
                 return 2;
-            if (!strcmp(a, "--clients"))
-                clients = (int)x;
-            else if (!strcmp(a, "--rounds"))
-                rounds = (int)x;
-            else if (!strcmp(a, "--tokens"))
-                tokens = (int)x;
-            else if (!strcmp(a, "--followup"))
-                followup = (int)x;
-            else if (!strcmp(a, "--conversation-cache-mib"))
-                mib = (long)x;
+            i++;
+            if (iv)
+                *iv = (int)x;
+            else if (!strcmp(a, "--seed"))
+                seed = (uint64_t)x;
             else
-                slots = (int)x;
-        }
-        else if (!strcmp(a, "--seed") && has)
-            seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--json"))
+                mib = x;
+        } else if (!strcmp(a, "--json"))
             json = 1;
         else {
             int r = cli_opts_parse(&o, "bench", argc, argv, &i);

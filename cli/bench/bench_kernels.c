@@ -24,6 +24,19 @@
 #include "cli/bench/bench.h"
 #include "model/quant.h"
 
+void bench_kernels_usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli bench --kernels [--types T1,T2,..] [--shapes RxC[xN],..]\n"
+               "                        [--reps N] [--json] [attention options]\n\n"
+               "The CUDA weight kernels (matvec; matmul for shapes with N columns) per type\n"
+               "and shape, against the card's read bandwidth; then the attention bench\n"
+               "(bench --attention, its options below).  Needs a CUDA build and a card.\n\n"
+               "  --types T1,T2,..        weight types (default iq3_xxs,q2_0,q4_0,q8_0)\n"
+               "  --shapes RxC[xN],..     shapes instead of the standard set (at most 16)\n"
+               "  --reps N                timed runs per figure, 15..200 (default 20)\n"
+               "  --json                  print JSON lines instead of the table\n\n");
+}
+
 #ifndef STRATA_CUDA
 
 int bench_kernels(int argc, char **argv)
@@ -346,7 +359,9 @@ int bench_kernels(int argc, char **argv)
                         argv[i]);
                 return 2;
             }
-        } else if (strcmp(argv[i], "--kernels") != 0) {
+        } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            i++; /* the attention bench's, which runs after this one */
+        } else if (strcmp(argv[i], "--kernels") != 0 && strcmp(argv[i], "--quick") != 0) {
             fprintf(stderr, "bench --kernels: unknown option '%s'\n", argv[i]);
             return 2;
         }

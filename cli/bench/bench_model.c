@@ -36,7 +36,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #endif
 
-enum { BM_SHORT = 32, BM_MAX_BATCH = 64 };
+enum { BM_SHORT = 32, BM_MAX_BATCH = BENCH_MODEL_MAX_BATCH };
 
 typedef struct bm_decode {
     int batch, ctx;
@@ -92,6 +92,8 @@ static int parse_list(const char *s, int *out, int cap, long lo, long hi)
             return -1;
         out[n++] = (int)v;
         s = end;
+        if (*s == ',' && !s[1])
+            return -1; /* "1,2,": an empty entry, not a list of two */
         if (*s == ',')
             s++;
         else if (*s)
@@ -218,6 +220,8 @@ int bench_model(int argc, char **argv)
 {
     cli_opts o;
     cli_opts_init(&o);
+    o.uses = BENCH_MODEL_USES;
+    o.cmd = "bench";
     int n_prompt = 512, steps = 128, reps = 3, json = 0;
     int batches[16] = {1, 2, 4, 8}, n_batches = 4;
     int ctxs[16] = {0}, n_ctxs = 1;

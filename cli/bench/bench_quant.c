@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "model/quant.h"
 #include "model/make/quantize.h"
+#include "cli/bench/bench.h"
 
 int bench_quant(int argc, char **argv);
 
@@ -81,17 +82,44 @@ static void bq_matvec(void *p)
         cpu_matvec(c->type, c->q, c->rows, c->cols, c->x, c->y);
 }
 
+void bench_quant_usage(FILE *f)
+{
+    fprintf(f, "usage: strata-cli bench --quant [--rows R] [--cols C] [--seconds S]\n\n"
+               "Per weight type: the quantizer's MB/s and the CPU matvec's GB/s (reference and\n"
+               "fast path) on an R x C matrix of random weights.\n\n"
+               "  --rows R                matrix rows (default 2048)\n"
+               "  --cols C                matrix columns, a multiple of 256 (default 2048)\n"
+               "  --seconds S             time per measurement (default 0.5)\n");
+}
+
 int bench_quant(int argc, char **argv)
 {
     int64_t rows = 2048, cols = 2048;
     double seconds = 0.5;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--rows") && i + 1 < argc)
-            rows = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
-            cols = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            seconds = atof(argv[++i]);
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x = 0;
+        if (!strcmp(a, "--quant"))
+            continue;
+        if (!strcmp(a, "--rows") || !strcmp(a, "--cols")) {
+            if (bench_int("--quant", a, v, 1, 1 << 20, &x))
+                return 2;
+            *(a[2] == 'r' ? &rows : &cols) = x;
+            i++;
+        } else if (!strcmp(a, "--seconds")) {
+            char *end = NULL;
+            seconds = v ? strtod(v, &end) : 0;
+            if (!v || !*v || *end || !(seconds > 0 && seconds <= 3600)) {
+                fprintf(stderr, "strata-cli bench --quant: --seconds '%s' is not a time in "
+                                "(0, 3600]\n", v ? v : "");
+                return 2;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "strata-cli bench --quant: unknown option '%s' (see bench --quant "
+                            "--help)\n", a);
+            return 2;
+        }
     }
     if (rows < 1 || cols < 256 || cols % 256) {
         fprintf(stderr, "bench --quant: --cols must be a positive multiple of 256, --rows >= 1\n");

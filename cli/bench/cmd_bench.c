@@ -9,6 +9,7 @@
 #include "cli/bench/bench.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/cuda/backend_cuda.h"
 
 /* A mode whose file is not in the tree yet links as NULL (see bench.h). */
 #pragma weak bench_quant
@@ -16,6 +17,11 @@
 #pragma weak bench_attention
 #pragma weak bench_clients
 #pragma weak bench_conversations
+#pragma weak bench_quant_usage
+#pragma weak bench_kernels_usage
+#pragma weak bench_attention_usage
+#pragma weak bench_clients_usage
+#pragma weak bench_conversations_usage
 
 #ifdef STRATA_CUDA
 static const int built_with_cuda = 1;
@@ -26,19 +32,26 @@ static const int built_with_cuda = 0;
 typedef struct bench_mode {
     const char *flag;
     int (*fn)(int argc, char **argv);
+    void (*usage)(FILE *f);
     const char *what;
     int needs_cuda; /* measures a card: only called in a CUDA build */
 } bench_mode;
 
 /* The modes, in the order `--help` lists them.  Rows sharing a flag run in
- * turn (--kernels is the weight kernels, then attention). */
+ * turn (--kernels is the weight kernels, then attention); --help lists such
+ * a flag once. */
 static const bench_mode bench_modes[] = {
-    {"--quant", bench_quant, "quantizer MB/s and CPU matvec GB/s per weight type", 0},
-    {"--kernels", bench_kernels, "CUDA weight kernels against the card's bandwidth", 1},
-    {"--kernels", bench_attention, "CUDA attention over the k8v4 cache", 1},
-    {"--attention", bench_attention, "CUDA attention over the k8v4 cache only", 1},
-    {"--clients", bench_clients, "concurrent clients through the scheduler", 0},
-    {"--conversations", bench_conversations, "parked conversations returning (cache)", 0},
+    {"--quant", bench_quant, bench_quant_usage,
+     "quantizer MB/s and CPU matvec GB/s per weight type", 0},
+    {"--kernels", bench_kernels, bench_kernels_usage,
+     "CUDA weight kernels vs the card's bandwidth, then --attention", 1},
+    {"--kernels", bench_attention, bench_attention_usage, NULL, 1},
+    {"--attention", bench_attention, bench_attention_usage,
+     "CUDA attention over the k8v4 cache only", 1},
+    {"--clients", bench_clients, bench_clients_usage,
+     "concurrent clients through the scheduler", 0},
+    {"--conversations", bench_conversations, bench_conversations_usage,
+     "parked conversations returning (cache)", 0},
 };
 #define N_BENCH_MODES (sizeof bench_modes / sizeof bench_modes[0])
 
@@ -49,46 +62,87 @@ static const char *mode_status(const bench_mode *m)
     return m->fn ? "" : " (not built)";
 }
 
-static void usage(FILE *f)
+void bench_model_usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench -m MODEL [-p 512] [-n 128] [--batch 1,2,4,8] [--ctx 0,4096]\n"
-               "                        [--reps 3] [--json] [engine options]\n"
-               "       strata-cli bench MODE [mode options]\n\n"
+    fprintf(f, "usage: strata-cli bench [-m MODEL] [-p 512] [-n 128] [--batch 1,2,4,8]\n"
+               "                        [--ctx 0,4096] [--reps 3] [--json] [options]\n"
+               "       strata-cli bench MODE [mode options]   (MODE --help for its options)\n\n"
                "Without a mode: prompt tok/s (-p random tokens into a fresh sequence) and decode\n"
                "tok/s per context and batch size (each sequence prefilled with that many tokens\n"
                "plus a short prompt, then -n steps of one token per sequence), the median of\n"
                "--reps runs after a warm-up, with the bytes one decode step reads (weights + KV\n"
                "at that context) and the GB/s that makes; on a card also its fraction of the read\n"
-               "bandwidth measured in the same run.  --json prints the same as one JSON object.\n\n"
+               "bandwidth measured in the same run.\n\n"
                "modes:\n");
     for (size_t i = 0; i < N_BENCH_MODES; i++)
-        fprintf(f, "  %-16s %s%s\n", bench_modes[i].flag, bench_modes[i].what,
-                mode_status(&bench_modes[i]));
-    fprintf(f, "\n");
-    cli_opts_help(f);
+        if (bench_modes[i].what)
+            fprintf(f, "  %-16s %s%s\n", bench_modes[i].flag, bench_modes[i].what,
+                    mode_status(&bench_modes[i]));
+    fprintf(f, "\nthe model bench's options:\n"
+               "  -p N                    prompt tokens (default 512)\n"
+               "  -n N                    decode steps per run (default 128)\n"
+               "  --batch B1,B2,..        batch sizes, 1..%d (default 1,2,4,8)\n"
+               "  --ctx C1,C2,..          contexts to decode at (default 0)\n"
+               "  --reps N                runs per figure, the median printed (default 3)\n"
+               "  --json                  print one JSON object instead of the table\n"
+               "  -c, --ctx-size N        the engine's context (default: what the runs need)\n",
+            BENCH_MODEL_MAX_BATCH);
+    cli_opts_help(f, BENCH_MODEL_USES & ~CLI_USE_CTX);
+}
+
+static int is_help(const char *a)
+{
+    return !strcmp(a, "-h") || !strcmp(a, "--help");
 }
 
 /* Run every row of the mode `flag` with the whole argv: modes take values
- * on their flag (--clients C), so the flag stays for them to parse. */
+ * on their flag (--clients C), so the flag stays for them to parse.  With
+ * --help anywhere, print each row's help instead and run nothing. */
 static int run_mode(const char *flag, int argc, char **argv)
 {
+    int help = 0;
+    for (int i = 1; i < argc; i++)
+        help |= is_help(argv[i]);
     int rc = 0;
+    const char *why = NULL;
     for (size_t i = 0; i < N_BENCH_MODES && !rc; i++) {
         const bench_mode *m = &bench_modes[i];
         if (strcmp(m->flag, flag) != 0)
             continue;
-        if (m->needs_cuda && !built_with_cuda) {
-            fprintf(stderr, "strata-cli bench %s: %s needs a CUDA build (nvcc; make CUDA=1)\n",
-                    flag, m->what);
+        if (help) {
+            if (m->usage)
+                m->usage(stdout);
+            else
+                printf("strata-cli bench %s: not built\n", flag);
+        } else if (m->needs_cuda && !built_with_cuda) {
+            fprintf(stderr, "strata-cli bench %s needs a CUDA build (nvcc; make CUDA=1)\n", flag);
             rc = 1;
         } else if (!m->fn) {
-            fprintf(stderr, "strata-cli bench %s: %s: not built\n", flag, m->what);
+            fprintf(stderr, "strata-cli bench %s: not built\n", flag);
+            rc = 1;
+        } else if (m->needs_cuda && !cuda_backend_available(&why)) {
+            /* the runtime's own words without a driver ("CUDA driver
+             * version is insufficient ...") read like a version clash */
+            fprintf(stderr, "strata-cli bench %s needs a CUDA card: %s\n", flag, why);
             rc = 1;
         } else {
             rc = m->fn(argc, argv);
         }
     }
     return rc;
+}
+
+int bench_int(const char *mode, const char *opt, const char *v, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "strata-cli bench %s: %s '%s' is not an integer in %ld..%ld\n", mode, opt,
+                v ? v : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -99,24 +153,11 @@ int cmd_bench(int argc, char **argv)
                 return run_mode(argv[i], argc, argv);
     }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
+        if (is_help(argv[i])) {
+            bench_model_usage(stdout);
             return 0;
         }
     }
     return bench_model(argc, argv);
 }
 
-int bench_int_arg(const char *opt, const char *v, long long lo, long long hi, long long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "strata-cli bench: %s '%s' must be an integer from %lld to %lld\n", opt,
-                v ? v : "", lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}

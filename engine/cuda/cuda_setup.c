@@ -22,8 +22,14 @@ int cuda_backend_available(const char **why)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
+        /* Without a driver the runtime says "CUDA driver version is
+         * insufficient for CUDA runtime version", which reads like a
+         * version clash to someone who has no NVIDIA card at all. */
+        int none = n == 0 || e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice;
+        if (e != cudaSuccess)
+            cudaGetLastError();
         if (why)
-            *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+            *why = none ? "no NVIDIA driver or GPU found" : cudaGetErrorString(e);
         return 0;
     }
     return 1;
