@@ -81,6 +81,51 @@ size_t type_row_bytes(int id, int64_t n)
     return (size_t)(n / t->blck) * (size_t)t->bytes;
 }
 
+int type_fp16_scales(int id, int offs[2])
+{
+    switch (id) {
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        offs[0] = 0, offs[1] = 2; /* d, then m / dmin */
+        return 2;
+    case GGML_TYPE_Q2_K:
+        offs[0] = 80, offs[1] = 82; /* at the end of the block */
+        return 2;
+    case GGML_TYPE_Q3_K: offs[0] = 108; return 1;
+    case GGML_TYPE_Q6_K: offs[0] = 208; return 1;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_Q2_0: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ4_XS:
+        offs[0] = 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int type_find_bad_scale(int id, const void *data, uint64_t nbytes, uint64_t *block,
+                        int *field, uint16_t *bits)
+{
+    int offs[2];
+    const int ns = type_fp16_scales(id, offs);
+    const type_traits *t = type_traits_get(id);
+    if (!ns || !t)
+        return 0;
+    const uint8_t *p = data;
+    const uint64_t nb = nbytes / (uint64_t)t->bytes;
+    for (uint64_t b = 0; b < nb; b++)
+        for (int k = 0; k < ns; k++) {
+            uint16_t h;
+            memcpy(&h, p + b * (uint64_t)t->bytes + offs[k], 2);
+            if ((h & 0x7c00) == 0x7c00) { /* exponent all ones: inf or NaN */
+                *block = b;
+                *field = k;
+                *bits = h;
+                return 1;
+            }
+        }
+    return 0;
+}
+
 /* ---- scalar conversions (FORMATS.md §2.1) ------------------------------ */
 
 static uint32_t f32_bits(float f)

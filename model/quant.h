@@ -178,6 +178,22 @@ const char *type_name(int id); /* "?" for unknown ids */
  * type is unknown. */
 size_t type_row_bytes(int id, int64_t n);
 
+/* The fp16 scale fields of a block type strata decodes: their byte offsets
+ * within a block go to offs[0..count-1] (d first, then dmin / m where the
+ * type has one); returns count (1 or 2), 0 for the element types (F32,
+ * F16, BF16) and types strata cannot decode.  Every decoded value is linear
+ * in these fields together, which the loader's finiteness check and
+ * mkmodel's random blocks rely on. */
+int type_fp16_scales(int id, int offs[2]);
+
+/* One pass over the fp16 scale fields of nbytes of `id` blocks: returns 1
+ * and the first block whose scale is NaN or infinite (its index, which
+ * field: 0 = d, 1 = dmin / m, and the raw bits), 0 if all are finite or
+ * the type has no fp16 scale fields.  A non-finite scale would turn every
+ * product with that block into NaN at run time, far from the cause. */
+int type_find_bad_scale(int id, const void *data, uint64_t nbytes, uint64_t *block,
+                        int *field, uint16_t *bits);
+
 /* ---- scalar conversions (exact ggml semantics, FORMATS.md §2.1) -------- */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f); /* round to nearest even */
