@@ -129,37 +129,56 @@ AVX2_INLINE void dec_iq2_xs_avx2(const uint8_t *row, int64_t s, __m256 *w)
     }
 }
 
+/* 32 magnitude bytes (elements in order) and 32 sign bits -> w[0..3],
+ * each 8 lanes times its scale */
+AVX2_INLINE void mags_signs_avx2(__m256i g, uint32_t sg, __m256 d01, __m256 d23, __m256 *w)
+{
+    const __m128i lo = _mm256_castsi256_si128(g), hi = _mm256_extracti128_si256(g, 1);
+    w[0] = apply_signs_avx2(_mm256_mul_ps(d01, u8x8_avx2(lo)), sg & 255);
+    w[1] = apply_signs_avx2(_mm256_mul_ps(d01, u8x8_avx2(_mm_srli_si128(lo, 8))), (sg >> 8) & 255);
+    w[2] = apply_signs_avx2(_mm256_mul_ps(d23, u8x8_avx2(hi)), (sg >> 16) & 255);
+    w[3] = apply_signs_avx2(_mm256_mul_ps(d23, u8x8_avx2(_mm_srli_si128(hi, 8))), sg >> 24);
+}
+
+/* IQ2_S: the four 10-bit grid indices of a sub-block (low byte | 2 bits of
+ * qh) gathered in one go; 8 explicit sign bits per group */
 AVX2_INLINE void dec_iq2_s_avx2(const uint8_t *row, int64_t s, __m256 *w)
 {
     const block_iq2_s *b = (const block_iq2_s *)(row + (s >> 3) * sizeof(block_iq2_s));
     const int ib = (int)(s & 7);
     const float d = ld_fp16_avx2((const uint8_t *)&b->d);
-    const uint8_t sc = b->scales[ib], qh = b->qh[ib];
-    const float db0 = d * (0.5f + (float)(sc & 15)) * 0.25f;
-    const float db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
-    for (int l = 0; l < 4; l++) {
-        const int g = 4 * ib + l;
-        const int idx = b->qs[g] | ((qh >> (2 * l)) & 3) << 8;
-        w[l] = iq2_group_avx2(iq2s_grid[idx], l < 2 ? db0 : db1, b->signs[g]);
-    }
+    const uint8_t sc = b->scales[ib];
+    uint32_t lo4, sg;
+    memcpy(&lo4, b->qs + 4 * ib, 4);
+    memcpy(&sg, b->signs + 4 * ib, 4);
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(b->qh[ib]),
+                                                    _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi32(3));
+    const __m128i idx = _mm_or_si128(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)lo4)),
+                                     _mm_slli_epi32(hi, 8));
+    const __m256i g = _mm256_i32gather_epi64((const long long *)iq2s_grid, idx, 8);
+    mags_signs_avx2(g, sg, _mm256_set1_ps(d * (0.5f + (float)(sc & 15)) * 0.25f),
+                    _mm256_set1_ps(d * (0.5f + (float)(sc >> 4)) * 0.25f), w);
 }
 
-/* IQ3_S: register k holds groups 2k and 2k + 1 (4 magnitudes each) and
- * takes sign byte 4 ib + k whole */
+/* IQ3_S: the eight 9-bit grid indices of a sub-block (low byte | bit k of
+ * qh) gathered in one go, four magnitudes each; 32 explicit sign bits */
 AVX2_INLINE void dec_iq3_s_avx2(const uint8_t *row, int64_t s, __m256 *w)
 {
     const block_iq3_s *b = (const block_iq3_s *)(row + (s >> 3) * sizeof(block_iq3_s));
     const int ib = (int)(s & 7);
     const float d = ld_fp16_avx2((const uint8_t *)&b->d);
     const __m256 db = _mm256_set1_ps(d * (float)(1 + 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 15)));
-    const uint8_t *qs = b->qs + 8 * ib;
-    const unsigned qh = b->qh[ib];
-    for (int k = 0; k < 4; k++) {
-        const uint32_t g0 = iq3s_grid[qs[2 * k] | ((qh >> (2 * k)) & 1) << 8];
-        const uint32_t g1 = iq3s_grid[qs[2 * k + 1] | ((qh >> (2 * k + 1)) & 1) << 8];
-        const __m256 mag = u8x8_avx2(_mm_setr_epi32((int)g0, (int)g1, 0, 0));
-        w[k] = apply_signs_avx2(_mm256_mul_ps(db, mag), b->signs[4 * ib + k]);
-    }
+    uint32_t sg;
+    memcpy(&sg, b->signs + 4 * ib, 4);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->qh[ib]),
+                                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                        _mm256_set1_epi32(1));
+    const __m256i idx = _mm256_or_si256(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib))),
+        _mm256_slli_epi32(hi, 8));
+    const __m256i g = _mm256_i32gather_epi32((const int *)iq3s_grid, idx, 4);
+    mags_signs_avx2(g, sg, db, db, w);
 }
 
 DEFINE_ROWS(q5_0)
