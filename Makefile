@@ -131,7 +131,7 @@ tsan:
 	CK_FORK=no CK_RUN_SUITE=$(or $(TSAN_SUITE),stagepool) $(MAKE) BUILD=build/tsan CUDA=0 SAN=thread OPT=-O1 test
 
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c $(wildcard model/quant.c model/quant_*.c model/quantize_*.c)
+FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c model/iq_grids.c $(wildcard model/quant.c model/quant_*.c model/quantize_*.c)
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^

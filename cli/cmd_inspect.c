@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "engine/cuda/weight_types.h"
 #include "model/gguf.h"
 #include "model/quant.h"
 #include "text/unicode.h"
@@ -24,8 +25,10 @@ static void usage(FILE *f)
                "Print a GGUF file's header (version, alignment, counts, data offset,\n"
                "file size), every metadata key with its type and value (arrays: element\n"
                "type, length and the first %d elements), the tensor table (name, type,\n"
-               "shape, offset, bytes) and totals (parameters, bytes, bits per weight by\n"
-               "type).  The file is fully validated first.\n\n"
+               "shape, offset, bytes, and what the CUDA backend does with the type:\n"
+               "native, converted (to F16 at upload: no kernel for it) or unsupported)\n"
+               "and totals (parameters, bytes, bits per weight by type).  The file is\n"
+               "fully validated first.\n\n"
                "options:\n"
                "  --json      print the same as one JSON object\n"
                "  -h, --help  show this help\n\n"
@@ -193,6 +196,15 @@ static void sum_types(const gguf *g, type_total *by_type, type_total *all)
     }
 }
 
+/* What the CUDA backend does with a tensor of this type. */
+static const char *card_use(int type)
+{
+    const type_traits *tt = type_traits_get(type);
+    if (cuda_type_native(type))
+        return "native";
+    return tt && tt->dequant ? "converted" : "unsupported";
+}
+
 static double bpw(const type_total *t)
 {
     return t->params ? 8.0 * (double)t->bytes / (double)t->params : 0.0;
@@ -224,16 +236,17 @@ static void print_text(FILE *f, const gguf *g)
     }
 
     fprintf(f, "\ntensors (%" PRIu64 "):\n", gguf_n_tensors(g));
-    fprintf(f, "  %-5s %-32s %-8s %-24s %14s %12s\n", "#", "name", "type", "shape", "offset",
-            "bytes");
+    fprintf(f, "  %-5s %-32s %-8s %-24s %14s %12s  %s\n", "#", "name", "type", "shape", "offset",
+            "bytes", "card");
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         char shape[96] = "";
         for (uint32_t d = 0; d < t->n_dims; d++)
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRId64,
                      d ? " x " : "", t->ne[d]);
-        fprintf(f, "  %-5" PRIu64 " %-32s %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, t->name,
-                type_name((int)t->type), shape, t->offset, t->nbytes);
+        fprintf(f, "  %-5" PRIu64 " %-32s %-8s %-24s %14" PRIu64 " %12" PRIu64 "  %s\n", i,
+                t->name, type_name((int)t->type), shape, t->offset, t->nbytes,
+                card_use((int)t->type));
     }
 
     type_total by_type[GGML_TYPE_COUNT], all;
@@ -242,12 +255,13 @@ static void print_text(FILE *f, const gguf *g)
     fprintf(f, "  parameters: %" PRIu64 "\n", all.params);
     fprintf(f, "  bytes:      %" PRIu64 " (%.2f MiB)\n", all.bytes, (double)all.bytes / 1048576.0);
     fprintf(f, "  bits/weight: %.4f\n", bpw(&all));
-    fprintf(f, "  %-8s %8s %14s %14s %12s\n", "type", "tensors", "parameters", "bytes",
-            "bits/weight");
+    fprintf(f, "  %-8s %8s %14s %14s %12s  %s\n", "type", "tensors", "parameters", "bytes",
+            "bits/weight", "card");
     for (int id = 0; id < GGML_TYPE_COUNT; id++)
         if (by_type[id].tensors)
-            fprintf(f, "  %-8s %8" PRIu64 " %14" PRIu64 " %14" PRIu64 " %12.4f\n", type_name(id),
-                    by_type[id].tensors, by_type[id].params, by_type[id].bytes, bpw(&by_type[id]));
+            fprintf(f, "  %-8s %8" PRIu64 " %14" PRIu64 " %14" PRIu64 " %12.4f  %s\n",
+                    type_name(id), by_type[id].tensors, by_type[id].params, by_type[id].bytes,
+                    bpw(&by_type[id]), card_use(id));
 }
 
 /* ---- JSON ------------------------------------------------------------- */
@@ -275,7 +289,8 @@ static void json_tensor(FILE *f, const gguf_tensor *t)
             t->type);
     for (uint32_t d = 0; d < t->n_dims; d++)
         fprintf(f, "%s%" PRId64, d ? ", " : "", t->ne[d]);
-    fprintf(f, "], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->offset, t->nbytes);
+    fprintf(f, "], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"card\": \"%s\"}",
+            t->offset, t->nbytes, card_use((int)t->type));
 }
 
 static void print_json(FILE *f, const gguf *g)

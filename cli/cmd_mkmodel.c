@@ -37,8 +37,11 @@ static void mkmodel_usage(FILE *f)
         "  --rope-base B        RoPE base (default 10000 llama, 1e6 qwen)\n"
         "  --eps E              RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
         "  --type T             weight type: f32 f16 q8_0 q4_0 q2_0 iq3_xxs (any type with a\n"
-        "                       quantizer); matrices whose rows are not a multiple of T's\n"
-        "                       block fall back to q8_0 (or f32) and are listed\n"
+        "                       quantizer), or a type strata only decodes (q4_1 q5_0 q5_1\n"
+        "                       iq4_nl q2_k q3_k q4_k q5_k q6_k iq2_xxs iq2_xs iq2_s iq3_s\n"
+        "                       iq4_xs): random blocks scaled to the weight's spread;\n"
+        "                       matrices whose rows are not a multiple of T's block fall\n"
+        "                       back to q8_0 (or f32) and are listed\n"
         "  --tied               no output.weight: the logits reuse token_embd\n"
         "  --pre NAME           tokenizer.ggml.pre (default smollm for llama, qwen2 for qwen)\n"
         "  --seed S             random seed (default 1); same arguments -> same bytes\n"
@@ -162,10 +165,12 @@ int cmd_mkmodel(int argc, char **argv)
             }
         } else if (!strcmp(a, "--type")) {
             const type_traits *tt = type_traits_by_name(val);
-            if (!tt || !tt->quant) {
+            int offs[2];
+            if (!tt || (!tt->quant && !(tt->dequant && type_fp16_scales(tt->id, offs)))) {
                 fprintf(stderr,
-                        "strata-cli mkmodel: --type '%s': %s (use f32, f16, q8_0, q4_0, q2_0 "
-                        "or iq3_xxs)\n", val, tt ? "strata has no quantizer for it" : "unknown type");
+                        "strata-cli mkmodel: --type '%s': %s (use f32, f16, q8_0, q4_0, q2_0, "
+                        "iq3_xxs, or a type strata decodes such as q4_k)\n", val,
+                        tt ? "strata can neither quantize nor decode it" : "unknown type");
                 return 2;
             }
             p.type = tt->id;

@@ -1,6 +1,7 @@
 /* model.c: build the model description from a GGUF file (doc/formats.md §4). */
 #include "model/model.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,27 @@ static const gguf_tensor *find(const model *m, const char *name, int required, s
     return t;
 }
 
+/* Every fp16 scale of a block-quantized tensor must be finite: one pass
+ * over the scale fields (2 bytes per block) at load, so a damaged file is
+ * refused with its tensor, type and block named instead of producing NaN
+ * logits later. */
+static int check_scales(const model *m, const gguf_tensor *t, strata_error *err)
+{
+    uint64_t blk;
+    int field;
+    uint16_t bits;
+    if (!type_find_bad_scale((int)t->type, t->data, t->nbytes, &blk, &field, &bits))
+        return 0;
+    int offs[2];
+    type_fp16_scales((int)t->type, offs);
+    const int paired = t->type == GGML_TYPE_Q4_1 || t->type == GGML_TYPE_Q5_1;
+    return strata_err(err, STRATA_E_FORMAT,
+                      "%s: tensor '%s' (%s): block %" PRIu64 " has a non-finite scale: %s = "
+                      "0x%04x (%s, fp16 at byte %d of the block)", gguf_path(m->g), t->name,
+                      type_name((int)t->type), blk, field ? (paired ? "m" : "dmin") : "d", bits,
+                      bits & 0x3ff ? "NaN" : bits & 0x8000 ? "-inf" : "+inf", offs[field]);
+}
+
 /* A matrix {cols, rows[, n_mat]} in a type strata can decode. */
 static int get_weight(model *m, const char *name, int64_t rows, int64_t cols, int64_t n_mat,
                       int required, weight *w, strata_error *err)
@@ -192,6 +214,9 @@ static int get_weight(model *m, const char *name, int64_t rows, int64_t cols, in
         return strata_err(err, STRATA_E_UNSUPPORTED, "%s: tensor '%s' has type %s (id %u), "
                           "which strata cannot decode", gguf_path(m->g), name,
                           type_name((int)t->type), t->type);
+    int rc = check_scales(m, t, err);
+    if (rc)
+        return rc;
     w->data = t->data;
     w->type = (int)t->type;
     w->rows = rows;
@@ -223,6 +248,9 @@ static int get_vec(model *m, const char *name, int64_t n, int required, const fl
     if (!tt || !tt->dequant)
         return strata_err(err, STRATA_E_UNSUPPORTED, "%s: tensor '%s' has type %s",
                           gguf_path(m->g), name, type_name((int)t->type));
+    int rc = check_scales(m, t, err);
+    if (rc)
+        return rc;
     float *f = malloc((size_t)n * sizeof *f);
     float **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
     if (!f || !o) {

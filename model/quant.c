@@ -28,20 +28,20 @@ static type_traits traits[GGML_TYPE_COUNT] = {
     [7] = {"Q5_1", 7, 32, 24, dequant_row_q5_1, NULL},
     [8] = {"Q8_0", 8, 32, 34, dequant_row_q8_0, quant_row_q8_0},
     [9] = {"Q8_1", 9, 32, 36, NULL, NULL},
-    [10] = {"Q2_K", 10, 256, 84, NULL, NULL},
-    [11] = {"Q3_K", 11, 256, 110, NULL, NULL},
+    [10] = {"Q2_K", 10, 256, 84, dequant_row_q2_k, NULL},
+    [11] = {"Q3_K", 11, 256, 110, dequant_row_q3_k, NULL},
     [12] = {"Q4_K", 12, 256, 144, dequant_row_q4_k, NULL},
-    [13] = {"Q5_K", 13, 256, 176, NULL, NULL},
+    [13] = {"Q5_K", 13, 256, 176, dequant_row_q5_k, NULL},
     [14] = {"Q6_K", 14, 256, 210, dequant_row_q6_k, NULL},
     [15] = {"Q8_K", 15, 256, 292, NULL, NULL},
-    [16] = {"IQ2_XXS", 16, 256, 66, NULL, NULL},
-    [17] = {"IQ2_XS", 17, 256, 74, NULL, NULL},
+    [16] = {"IQ2_XXS", 16, 256, 66, dequant_row_iq2_xxs, NULL},
+    [17] = {"IQ2_XS", 17, 256, 74, dequant_row_iq2_xs, NULL},
     [18] = {"IQ3_XXS", 18, 256, 98, dequant_row_iq3_xxs, quant_row_iq3_xxs},
     [19] = {"IQ1_S", 19, 256, 50, NULL, NULL},
     [20] = {"IQ4_NL", 20, 32, 18, dequant_row_iq4_nl, NULL},
-    [21] = {"IQ3_S", 21, 256, 110, NULL, NULL},
-    [22] = {"IQ2_S", 22, 256, 82, NULL, NULL},
-    [23] = {"IQ4_XS", 23, 256, 136, NULL, NULL},
+    [21] = {"IQ3_S", 21, 256, 110, dequant_row_iq3_s, NULL},
+    [22] = {"IQ2_S", 22, 256, 82, dequant_row_iq2_s, NULL},
+    [23] = {"IQ4_XS", 23, 256, 136, dequant_row_iq4_xs, NULL},
     [24] = {"I8", 24, 1, 1, NULL, NULL},
     [25] = {"I16", 25, 1, 2, NULL, NULL},
     [26] = {"I32", 26, 1, 4, NULL, NULL},
@@ -93,6 +93,51 @@ size_t type_row_bytes(int id, int64_t n)
     if (!t || n < 0 || n % t->blck)
         return 0;
     return (size_t)(n / t->blck) * (size_t)t->bytes;
+}
+
+int type_fp16_scales(int id, int offs[2])
+{
+    switch (id) {
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        offs[0] = 0, offs[1] = 2; /* d, then m / dmin */
+        return 2;
+    case GGML_TYPE_Q2_K:
+        offs[0] = 80, offs[1] = 82; /* at the end of the block */
+        return 2;
+    case GGML_TYPE_Q3_K: offs[0] = 108; return 1;
+    case GGML_TYPE_Q6_K: offs[0] = 208; return 1;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_Q2_0: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ4_XS:
+        offs[0] = 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int type_find_bad_scale(int id, const void *data, uint64_t nbytes, uint64_t *block,
+                        int *field, uint16_t *bits)
+{
+    int offs[2];
+    const int ns = type_fp16_scales(id, offs);
+    const type_traits *t = type_traits_get(id);
+    if (!ns || !t)
+        return 0;
+    const uint8_t *p = data;
+    const uint64_t nb = nbytes / (uint64_t)t->bytes;
+    for (uint64_t b = 0; b < nb; b++)
+        for (int k = 0; k < ns; k++) {
+            uint16_t h;
+            memcpy(&h, p + b * (uint64_t)t->bytes + offs[k], 2);
+            if ((h & 0x7c00) == 0x7c00) { /* exponent all ones: inf or NaN */
+                *block = b;
+                *field = k;
+                *bits = h;
+                return 1;
+            }
+        }
+    return 0;
 }
 
 /* ---- scalar conversions (doc/formats.md §2.1) -------------------------- */

@@ -31,6 +31,9 @@ enum ggml_type {
     GGML_TYPE_IQ3_XXS = 18,
     GGML_TYPE_IQ1_S = 19,
     GGML_TYPE_IQ4_NL = 20,
+    GGML_TYPE_IQ3_S = 21,
+    GGML_TYPE_IQ2_S = 22,
+    GGML_TYPE_IQ4_XS = 23,
     GGML_TYPE_BF16 = 30,
     GGML_TYPE_Q1_0 = 41,
     GGML_TYPE_Q2_0 = 42,
@@ -75,11 +78,78 @@ _Static_assert(sizeof(block_q6_k) == 210, "block_q6_k is 210 bytes");
 typedef struct { uint16_t d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
 _Static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs is 98 bytes");
 
+/* The K- and IQ-types of llama.cpp's 2-4 bit recipes (doc/quant.md says what
+ * each field holds and in which order a block decodes).  IQ types declare
+ * their packed u16/u32 fields as bytes where they would not be aligned. */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_k;
+_Static_assert(sizeof(block_q2_k) == 84, "block_q2_k is 84 bytes");
+
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_k;
+_Static_assert(sizeof(block_q3_k) == 110, "block_q3_k is 110 bytes");
+
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;
+_Static_assert(sizeof(block_q5_k) == 176, "block_q5_k is 176 bytes");
+
+/* IQ2_XXS: d, then per 32 elements 4 grid indices and a u32 of 4 x 7-bit
+ * signs | 4-bit scale (bytes: the u32 sits at offset 2 + 8ib + 4). */
+typedef struct { uint16_t d; uint8_t qs[QK_K / 4]; } block_iq2_xxs;
+_Static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs is 66 bytes");
+
+/* IQ2_XS: d, 32 u16 of 9-bit grid index | 7-bit signs, 8 scale bytes. */
+typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+_Static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs is 74 bytes");
+
+/* IQ2_S: d, 32 low index bytes, 32 sign bytes, 8 high-index bytes, 8 scale bytes. */
+typedef struct { uint16_t d; uint8_t qs[QK_K / 8]; uint8_t signs[QK_K / 8]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; } block_iq2_s;
+_Static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s is 82 bytes");
+
+/* IQ3_S: d, 64 low index bytes, 8 high-index bytes, 32 sign bytes, 4 scale bytes. */
+typedef struct { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[QK_K / 64]; } block_iq3_s;
+_Static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s is 110 bytes");
+
+/* IQ4_XS: d, high 2 bits of 8 scales (u16), low 4 bits (4 bytes), 128 nibble bytes. */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs is 136 bytes");
+
 /* Q2_0 (upstream, group 64): d, then 64 2-bit codes, consecutive, low bits
  * first; value (code - 1) * d. */
 #define QK2_0 64
 typedef struct { uint16_t d; uint8_t qs[QK2_0 / 4]; } block_q2_0;
 _Static_assert(sizeof(block_q2_0) == 18, "block_q2_0 is 18 bytes");
+
+/* ---- K-quant scale unpacking (shared by the decoders and the CPU kernels) */
+
+/* Q4_K and Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
+ * the first four of each whole in the low 6 bits of bytes 0..7, the last
+ * four split into a low nibble (bytes 8..11) and the spare top 2 bits of
+ * bytes 0..7. */
+static inline void q4_k_scale_min(int s, const uint8_t *q, int *sc, int *mn)
+{
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *mn = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0x0f) | ((q[s - 4] >> 6) << 4);
+        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+/* Q3_K's sixteen signed 6-bit scales (-32..31): low nibbles in bytes 0..7
+ * (scales 0..7 in the low halves, 8..15 in the high halves), the top bit
+ * pairs of scales k, k+4, k+8, k+12 in byte 8 + k. */
+static inline int q3_k_scale(const uint8_t *sc, int s)
+{
+    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+    const int hi = (sc[8 + (s % 4)] >> (2 * (s / 4))) & 3;
+    return lo + 16 * hi - 32;
+}
+
+/* IQ4_XS's 6-bit sub-block scale ib (0..63; the decoder subtracts 32). */
+static inline int iq4_xs_scale(const block_iq4_xs *b, int ib)
+{
+    return ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
+           (((b->scales_h >> (2 * ib)) & 3) << 4);
+}
 
 /* ---- traits ----------------------------------------------------------- */
 
@@ -108,6 +178,22 @@ const char *type_name(int id); /* "?" for unknown ids */
  * type is unknown. */
 size_t type_row_bytes(int id, int64_t n);
 
+/* The fp16 scale fields of a block type strata decodes: their byte offsets
+ * within a block go to offs[0..count-1] (d first, then dmin / m where the
+ * type has one); returns count (1 or 2), 0 for the element types (F32,
+ * F16, BF16) and types strata cannot decode.  Every decoded value is linear
+ * in these fields together, which the loader's finiteness check and
+ * mkmodel's random blocks rely on. */
+int type_fp16_scales(int id, int offs[2]);
+
+/* One pass over the fp16 scale fields of nbytes of `id` blocks: returns 1
+ * and the first block whose scale is NaN or infinite (its index, which
+ * field: 0 = d, 1 = dmin / m, and the raw bits), 0 if all are finite or
+ * the type has no fp16 scale fields.  A non-finite scale would turn every
+ * product with that block into NaN at run time, far from the cause. */
+int type_find_bad_scale(int id, const void *data, uint64_t nbytes, uint64_t *block,
+                        int *field, uint16_t *bits);
+
 /* ---- scalar conversions (exact ggml semantics, doc/formats.md §2.1) ---- */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f); /* round to nearest even */
@@ -117,5 +203,12 @@ uint16_t f32_to_bf16(float f);
 /* IQ3_XXS tables (doc/formats.md §2.7), defined in model/iq3xxs_tables.c. */
 extern const uint32_t iq3xxs_grid[256];
 extern const uint8_t iq3xxs_signs[128];
+/* Grids of the IQ2 and IQ3_S types (doc/quant.md), model/iq_grids.c, and the
+ * IQ4_NL / IQ4_XS level table, model/quant_legacy.c. */
+extern const uint64_t iq2xxs_grid[256];
+extern const uint64_t iq2xs_grid[512];
+extern const uint64_t iq2s_grid[1024];
+extern const uint32_t iq3s_grid[512];
+extern const int8_t iq4nl_values[16];
 
 #endif

@@ -31,6 +31,22 @@ void quant_row_q4_0(const float *src, void *dst, int64_t n, const float *imatrix
 void dequant_row_q4_k(const void *src, float *dst, int64_t n);
 void dequant_row_q6_k(const void *src, float *dst, int64_t n);
 
+/* model/quant_k2.c */
+void dequant_row_q2_k(const void *src, float *dst, int64_t n);
+void dequant_row_q3_k(const void *src, float *dst, int64_t n);
+void dequant_row_q5_k(const void *src, float *dst, int64_t n);
+
+/* model/quant_iq2.c */
+void dequant_row_iq2_xxs(const void *src, float *dst, int64_t n);
+void dequant_row_iq2_xs(const void *src, float *dst, int64_t n);
+void dequant_row_iq2_s(const void *src, float *dst, int64_t n);
+
+/* model/quant_iq3s.c */
+void dequant_row_iq3_s(const void *src, float *dst, int64_t n);
+
+/* model/quant_iq4xs.c */
+void dequant_row_iq4_xs(const void *src, float *dst, int64_t n);
+
 /* model/quant_q2_0.c */
 void dequant_row_q2_0(const void *src, float *dst, int64_t n);
 void quant_row_q2_0(const float *src, void *dst, int64_t n, const float *imatrix);

@@ -4,21 +4,6 @@
 #include "model/quant.h"
 #include "model/quant_codecs.h"
 
-/* Q4_K packs eight 6-bit scales and eight 6-bit mins into 12 bytes: the
- * first four of each whole in the low 6 bits of bytes 0..7, the last four
- * split into a low nibble (bytes 8..11) and the spare top 2 bits of bytes
- * 0..7. */
-static void q4_k_scale_min(int s, const uint8_t *q, int *sc, int *mn)
-{
-    if (s < 4) {
-        *sc = q[s] & 63;
-        *mn = q[s + 4] & 63;
-    } else {
-        *sc = (q[s + 4] & 0x0f) | ((q[s - 4] >> 6) << 4);
-        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-    }
-}
-
 void dequant_row_q4_k(const void *src, float *dst, int64_t n)
 {
     const block_q4_k *b = src;

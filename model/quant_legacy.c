@@ -192,7 +192,7 @@ void dequant_row_q5_1(const void *src, float *dst, int64_t n)
 
 /* ---- IQ4_NL: nibble selects a non-linear level, x = d * T[nibble] -------- */
 
-static const int8_t iq4nl_values[16] = {
+const int8_t iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda_wtest.h"
+#include "engine/cuda/weight_types.h"
 
 #ifdef STRATA_CUDA
 
@@ -261,6 +262,12 @@ START_TEST(matvec_rejects_bad_arguments)
     ck_assert_int_eq(cuda_matvec(GGML_TYPE_IQ3_XXS, d, 16, 128, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
     ck_assert_int_eq(cuda_weight_bytes(GGML_TYPE_F16, 4, 12), 0);
     ck_assert(cuda_weight_supported(GGML_TYPE_IQ3_XXS) && !cuda_weight_supported(GGML_TYPE_Q6_K));
+    /* engine/cuda/weight_types.c's plain-C list (inspect, the upload note)
+     * is the kernels' own, type for type */
+    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+        ck_assert_msg(!cuda_weight_supported(t) == !cuda_type_native(t),
+                      "type %d (%s): kernels %d, cuda_type_native %d", t, type_name(t),
+                      cuda_weight_supported(t), cuda_type_native(t));
     cudaFree(d);
 }
 END_TEST

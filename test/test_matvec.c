@@ -20,7 +20,9 @@
 static const int weight_types[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
     GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K,
-    GGML_TYPE_Q6_K, GGML_TYPE_Q2_0, GGML_TYPE_IQ3_XXS,
+    GGML_TYPE_Q6_K, GGML_TYPE_Q2_0, GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+    GGML_TYPE_Q5_K, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_S,
+    GGML_TYPE_IQ4_XS,
 };
 #define N_TYPES (sizeof weight_types / sizeof weight_types[0])
 
@@ -43,10 +45,15 @@ static uint8_t *random_weights(int type, int64_t rows, int64_t cols, uint64_t se
         w[i] = (uint8_t)test_rand_u64(&st);
     /* the fp16 d (and min where there is one) of each block: finite, small */
     int offs[2] = {0, -1};
-    if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q4_K)
+    if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q4_K ||
+        type == GGML_TYPE_Q5_K)
         offs[1] = 2;
     if (type == GGML_TYPE_Q6_K)
         offs[0] = 208;
+    if (type == GGML_TYPE_Q3_K)
+        offs[0] = 108;
+    if (type == GGML_TYPE_Q2_K)
+        offs[0] = 80, offs[1] = 82;
     for (size_t b = 0; b < nb / t->bytes; b++)
         for (int k = 0; k < 2; k++)
             if (offs[k] >= 0) {
@@ -97,11 +104,11 @@ START_TEST(reference_matches_float64_dot)
 END_TEST
 
 /* Both kernel sets (scalar, and AVX2 where the CPU has it) against the
- * reference.  The fused kernels (Q8_0, Q4_0, Q4_1, Q2_0, IQ3_XXS) sum in
- * f32: the scalar ones 32 products per sub-block (then double), the AVX2
- * ones in 16 lanes over the whole row (2 accumulators x 8), and Q4_1's
- * weight is one fma instead of two roundings; the other types sum
- * 256-element chunks in f32 then double.  Error ~ sqrt(terms per lane) *
+ * reference.  The fused kernels (every block type) sum in f32: the scalar
+ * ones 32 products per sub-block (then double), the AVX2 ones in 16 lanes
+ * over the whole row (2 accumulators x 8), and Q4_1's weight is one fma
+ * instead of two roundings; the float types sum 256-element chunks in f32
+ * then double.  Error ~ sqrt(terms per lane) *
  * 2^-24 * sum|w x|, < 1e-6 of it for these rows; 1e-5 leaves a wide
  * margin (a rounding-order bug is off by far more). */
 START_TEST(fast_matches_reference)
@@ -141,6 +148,63 @@ START_TEST(fast_matches_reference)
     free(y);
     free(yf);
     free(wf);
+}
+END_TEST
+
+/* Every block type has a fused kernel in both sets (the chunk fallback is
+ * for the float types only), and each AVX2 kernel agrees with its scalar
+ * twin on random blocks (finite, non-zero scales) and Gaussian activations,
+ * directly, kernel against kernel, for 1..5 activation rows.  Both decode
+ * the same floats; they differ only in summation order (16 f32 lanes over
+ * the row vs 32-product f32 sums added in double), so the tolerance is the
+ * same 1e-5 of sum |w x| as above. */
+START_TEST(avx2_kernels_match_scalar_twins)
+{
+    static const int fused[] = {
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_0, GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+        GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+        GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_S, GGML_TYPE_IQ4_XS,
+    };
+    const int64_t rows = 37, cols = 768, n = 5;
+    const int avx2 = fast_cpu_avx2_ok();
+    if (!avx2)
+        test_note_skip("avx2_kernels_match_scalar_twins (AVX2 half)", "CPU lacks AVX2/FMA/F16C");
+    float *x = malloc(n * cols * sizeof *x), *wf = malloc(rows * cols * sizeof *wf);
+    float *ys = malloc(n * rows * sizeof *ys), *yv = malloc(n * rows * sizeof *yv);
+    test_fill_normal(x, n * cols, 1.0f, 13);
+    for (size_t ti = 0; ti < sizeof fused / sizeof fused[0]; ti++) {
+        const int type = fused[ti];
+        fast_rows_fn ks = fast_rows_scalar(type), kv = fast_rows_vec(type);
+        ck_assert_msg(ks != NULL, "%s has no scalar kernel", type_name(type));
+        if (!avx2)
+            continue;
+        ck_assert_msg(kv != NULL, "%s has no AVX2 kernel", type_name(type));
+        uint8_t *w = random_weights(type, rows, cols, 500 + ti);
+        const size_t rb = type_row_bytes(type, cols);
+        type_traits_get(type)->dequant(w, wf, rows * cols);
+        for (int64_t nn = 1; nn <= n; nn++) {
+            ks(w, rb, rows, cols, x, nn, ys, rows);
+            kv(w, rb, rows, cols, x, nn, yv, rows);
+            for (int64_t i = 0; i < nn; i++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double mag = 0;
+                    for (int64_t c = 0; c < cols; c++)
+                        mag += fabs((double)wf[r * cols + c] * x[i * cols + c]);
+                    ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
+                                  (long long)r);
+                    ck_assert_msg(fabs(yv[i * rows + r] - ys[i * rows + r]) <= 1e-5 * mag,
+                                  "%s n=%lld row %lld tok %lld: avx2 %.9g scalar %.9g (sum|wx| %g)",
+                                  type_name(type), (long long)nn, (long long)r, (long long)i,
+                                  yv[i * rows + r], ys[i * rows + r], mag);
+                }
+        }
+        free(w);
+    }
+    free(x);
+    free(wf);
+    free(ys);
+    free(yv);
 }
 END_TEST
 
@@ -291,6 +355,7 @@ static Suite *matvec_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, reference_matches_float64_dot);
     tcase_add_test(tc, fast_matches_reference);
+    tcase_add_test(tc, avx2_kernels_match_scalar_twins);
     tcase_add_test(tc, fast_is_invariant);
     tcase_add_test(tc, no_avx_outside_dispatched_functions);
     tcase_add_test(tc, embed_is_the_decoded_row);

@@ -87,9 +87,11 @@ static void tv_free(tv_case *c)
 
 START_TEST(testvectors_bit_exact)
 {
-    static tv_case cases[64];
-    int n = tv_load(cases, 64);
-    ck_assert_int_eq(n, 30);
+    static tv_case cases[96];
+    int n = tv_load(cases, 96);
+    /* 30 from ggml d99724f, then 3 dequant cases each for Q2_K Q3_K Q5_K
+     * IQ2_XXS IQ2_XS IQ2_S IQ3_S IQ4_XS from llama.cpp 0c1e570 */
+    ck_assert_int_eq(n, 54);
     int passed = 0;
     for (int i = 0; i < n; i++) {
         tv_case *c = &cases[i];
@@ -123,7 +125,7 @@ START_TEST(testvectors_bit_exact)
         passed++;
         tv_free(c);
     }
-    ck_assert_int_eq(passed, 30);
+    ck_assert_int_eq(passed, 54);
 }
 END_TEST
 
@@ -145,6 +147,53 @@ START_TEST(iq3_tables_follow_their_rules)
     }
     for (int v = 0; v < 128; v++)
         ck_assert_uint_eq(iq3xxs_signs[v], v | (__builtin_popcount(v) & 1) << 7);
+}
+END_TEST
+
+/* The IQ2 grids: every byte 8, 25 or 43 (levels 0, 1, 2), entries sorted by
+ * the code sum level_k 4^k; IQ3_S: every byte odd 1..15, sorted by the code
+ * sum ((byte - 1) / 2) 8^k.  The three IQ2 grids are distinct point sets. */
+static uint32_t iq2_code(uint64_t g)
+{
+    uint32_t code = 0;
+    for (int k = 7; k >= 0; k--) {
+        const int m = (int)((g >> (8 * k)) & 0xff);
+        ck_assert_msg(m == 8 || m == 25 || m == 43, "IQ2 magnitude %d", m);
+        code = code * 4 + (m == 8 ? 0 : m == 25 ? 1 : 2);
+    }
+    return code;
+}
+
+START_TEST(iq2_iq3s_grids_follow_their_rules)
+{
+    static const struct { const uint64_t *g; int n; } grids[] = {
+        {iq2xxs_grid, 256}, {iq2xs_grid, 512}, {iq2s_grid, 1024}};
+    for (int t = 0; t < 3; t++)
+        for (int i = 1; i < grids[t].n; i++)
+            ck_assert_uint_gt(iq2_code(grids[t].g[i]), iq2_code(grids[t].g[i - 1]));
+    /* not nested: each smaller grid has a point the next one lacks */
+    for (int t = 0; t < 2; t++) {
+        int missing = 0;
+        for (int i = 0; i < grids[t].n && !missing; i++) {
+            int found = 0;
+            for (int j = 0; j < grids[t + 1].n; j++)
+                found |= grids[t + 1].g[j] == grids[t].g[i];
+            missing = !found;
+        }
+        ck_assert_msg(missing, "IQ2 grid %d is inside grid %d", t, t + 1);
+    }
+    uint32_t prev = 0;
+    for (int i = 0; i < 512; i++) {
+        uint32_t code = 0;
+        for (int k = 3; k >= 0; k--) {
+            const int m = (int)((iq3s_grid[i] >> (8 * k)) & 0xff);
+            ck_assert_msg(m & 1 && m <= 15, "IQ3_S grid[%d] byte %d = %d", i, k, m);
+            code = code * 8 + (uint32_t)(m - 1) / 2;
+        }
+        if (i)
+            ck_assert_uint_gt(code, prev);
+        prev = code;
+    }
 }
 END_TEST
 
@@ -178,7 +227,8 @@ START_TEST(traits_table_is_consistent)
     ck_assert_int_eq(type_traits_by_name("Q2_0")->id, 42);
     ck_assert_uint_eq(type_row_bytes(GGML_TYPE_IQ3_XXS, 576), 0);
     ck_assert_uint_eq(type_row_bytes(GGML_TYPE_Q2_0, 576), 9 * 18);
-    static const int decodable[] = {0, 1, 2, 3, 6, 7, 8, 12, 14, 18, 20, 30, 42};
+    static const int decodable[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16,
+                                    17, 18, 20, 21, 22, 23, 30, 42};
     for (size_t i = 0; i < sizeof decodable / sizeof decodable[0]; i++)
         ck_assert_ptr_nonnull(type_traits_get(decodable[i])->dequant);
     static const int encodable[] = {0, 1, 2, 8, 10, 11, 12, 13, 14, 16, 17, 18, 21, 22, 23, 30, 42};
@@ -516,7 +566,8 @@ START_TEST(own_blocks_match_python_gguf)
 END_TEST
 
 /* Random bytes are valid blocks for the decode-only types once the fp16
- * scales are made finite: checks Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q6_K decoders. */
+ * scales are made finite: checks the decoders of the types strata reads
+ * but does not write (Q4_1 ... IQ4_NL, the K-quants, IQ2_*, IQ3_S, IQ4_XS). */
 START_TEST(random_blocks_match_python_gguf)
 {
     if (!test_have_python("gguf,numpy"))
@@ -524,6 +575,8 @@ START_TEST(random_blocks_match_python_gguf)
     static const struct { const char *name; int scale_offs[2]; } types[] = {
         {"Q4_1", {0, 2}}, {"Q5_0", {0, -1}}, {"Q5_1", {0, 2}}, {"IQ4_NL", {0, -1}},
         {"Q4_K", {0, 2}}, {"Q6_K", {208, -1}}, {"IQ3_XXS", {0, -1}}, {"Q2_0", {0, -1}},
+        {"Q2_K", {80, 82}}, {"Q3_K", {108, -1}}, {"Q5_K", {0, 2}}, {"IQ2_XXS", {0, -1}},
+        {"IQ2_XS", {0, -1}}, {"IQ2_S", {0, -1}}, {"IQ3_S", {0, -1}}, {"IQ4_XS", {0, -1}},
     };
     const int64_t n = 256 * 16;
     uint64_t st = 1234;
@@ -681,6 +734,7 @@ static Suite *quant_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, testvectors_bit_exact);
     tcase_add_test(tc, iq3_tables_follow_their_rules);
+    tcase_add_test(tc, iq2_iq3s_grids_follow_their_rules);
     tcase_add_test(tc, fp16_round_trips_and_rounds_to_even);
     tcase_add_test(tc, traits_table_is_consistent);
     tcase_add_test(tc, round_trip_error_on_gaussian_rows);

@@ -125,9 +125,13 @@ int bench_quant(int argc, char **argv)
         fprintf(stderr, "bench --quant: --cols must be a positive multiple of 256, --rows >= 1\n");
         return 2;
     }
-    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL,
-                                GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_0, GGML_TYPE_IQ3_XXS};
+    static const int types[] = {GGML_TYPE_F32,    GGML_TYPE_F16,    GGML_TYPE_BF16,
+                                GGML_TYPE_Q8_0,   GGML_TYPE_Q4_0,   GGML_TYPE_Q4_1,
+                                GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,   GGML_TYPE_IQ4_NL,
+                                GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,
+                                GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,   GGML_TYPE_Q2_0,
+                                GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+                                GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ4_XS};
     float *w = malloc((size_t)(rows * cols) * sizeof *w);
     float *x = malloc((size_t)cols * sizeof *x);
     float *y = malloc((size_t)rows * sizeof *y);
@@ -149,9 +153,10 @@ int bench_quant(int argc, char **argv)
         bq_ctx c = {t->id, 0, rows, cols, x, w, q, y};
         char qs[32] = "-";
         if (t->quant) {
-            /* IQ3_XXS is ~100x slower than the rest: fewer rows keep it short */
+            /* the IQ searches are ~100x slower than the rest: fewer rows
+             * keep them short */
             bq_ctx cq = c;
-            cq.rows = t->id == GGML_TYPE_IQ3_XXS ? (rows < 64 ? rows : 64) : rows;
+            cq.rows = !strncmp(t->name, "IQ", 2) ? (rows < 64 ? rows : 64) : rows;
             double dt = bq_time(bq_quant_1t, &cq, seconds);
             snprintf(qs, sizeof qs, "%.1f", cq.rows * cols * 4.0 / dt / 1e6);
         } else {

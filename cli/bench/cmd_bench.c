@@ -1,7 +1,6 @@
 /* cmd_bench.c: strata-cli bench — the dispatcher over the benchmark modes
  * declared in bench.h.  With no mode flag it runs the model bench
  * (bench_model.c: prompt and decode rates of a model). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -145,6 +145,8 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
     memset(dw, 0, sizeof *dw);
     if (!w->data)
         return 0;
+    /* the types with no kernel (Q4_1, Q5_x, IQ4_NL, the K-quants, IQ2_*,
+     * IQ3_S, IQ4_XS, BF16) go to the card as F16 */
     int type = cuda_weight_supported(w->type) ? w->type : GGML_TYPE_F16;
     size_t mb = cuda_weight_bytes(type, w->rows, w->cols);
     if (!mb)
@@ -159,7 +161,8 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
     dw->cols = w->cols;
     dw->n_mat = w->n_mat;
     if (type != w->type)
-        ce->n_converted++;
+        upload_note_add(&ce->converted, w->name, w->type, w->mat_bytes * (uint64_t)w->n_mat,
+                        (uint64_t)mb * (uint64_t)w->n_mat);
     for (int64_t m = 0; m < w->n_mat && !rc; m++) {
         const void *src = (const char *)w->data + (uint64_t)m * w->mat_bytes;
         void *dst = (char *)dw->d + (size_t)m * mb;
@@ -205,7 +208,10 @@ static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const 
         memcpy(h + at, parts[i]->data, (size_t)parts[i]->rows * rb);
         at += (size_t)parts[i]->rows * rb;
     }
-    weight st = {h, parts[0]->type, rows, parts[0]->cols, 1, (uint64_t)at, name};
+    /* named after its first part, for messages and the conversion note */
+    char sname[96];
+    snprintf(sname, sizeof sname, "%s (%s)", parts[0]->name ? parts[0]->name : "?", name);
+    weight st = {h, parts[0]->type, rows, parts[0]->cols, 1, (uint64_t)at, sname};
     int rc = upload_weight(e, cs, &st, dw, err);
     free(h);
     return rc;
@@ -225,8 +231,8 @@ static int upload_layer(strata_engine *e, cuda_stage *cs, const layer_weights *L
     rc = rc ? rc : upload_vec(L->q_norm, hp->head_dim, &d->q_norm, cs->dev, err);
     rc = rc ? rc : upload_vec(L->k_norm, hp->head_dim, &d->k_norm, cs->dev, err);
     const weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->gate, &L->up};
-    rc = rc ? rc : upload_stacked(e, cs, qkv, 3, "attn_qkv (stacked)", &d->wqkv, err);
-    rc = rc ? rc : upload_stacked(e, cs, gu, 2, "ffn_gate_up (stacked)", &d->gate_up, err);
+    rc = rc ? rc : upload_stacked(e, cs, qkv, 3, "stacked q|k|v", &d->wqkv, err);
+    rc = rc ? rc : upload_stacked(e, cs, gu, 2, "stacked gate|up", &d->gate_up, err);
     const weight *src[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
                            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps};
     dweight *dst[] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->gate, &d->up, &d->down,
@@ -461,10 +467,12 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
     if (!e->p.quiet) {
         fprintf(stderr, "strata: %.1f MiB of weights on the card%s", ce->total_bytes / 1048576.0,
                 e->n_stages > 1 ? "s" : "");
-        if (ce->n_converted)
+        const int nconv = upload_note_count(&ce->converted);
+        if (nconv)
             fprintf(stderr, " (%d tensors converted to F16: the card has no kernel for their type)",
-                    ce->n_converted);
+                    nconv);
         fprintf(stderr, "\n");
+        upload_note_print(&ce->converted, stderr);
         int multi = 0;
         for (int i = 0; i + 1 < e->n_stages; i++)
             multi |= e->stages[i].device != e->stages[i + 1].device;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/cuda/backend_cuda.h"
+#include "engine/cuda/weight_types.h"
 
 #define MAX_GRAPH_ROWS 64
 /* Decode graphs of batch groups kept per stage (least recently used
@@ -95,7 +96,8 @@ typedef struct cuda_stage {
 
 /* What the stages share. */
 typedef struct cuda_engine {
-    int max_rows, page_stride, n_converted;
+    int max_rows, page_stride;
+    upload_note converted;       /* tensors converted to F16 at upload */
     int n_groups;                /* input blocks and events per stage: batch groups
                                   * with a split, else 1 */
     uint64_t total_bytes;

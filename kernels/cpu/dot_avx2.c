@@ -1,5 +1,6 @@
 /* dot_avx2.c: AVX2+FMA(+F16C) fused kernels (see dot_kernels.h) for Q8_0,
- * Q4_0, Q4_1, Q2_0 and IQ3_XXS, and the f32 dot of the chunk fallback.
+ * Q4_0, Q4_1, Q2_0 and IQ3_XXS, the f32 dot of the chunk fallback, and the
+ * dispatch to the other families (dot_avx2_k.c, dot_avx2_iq.c).
  *
  * Every function here that uses AVX is compiled with
  * __attribute__((target(...))) and named *_avx2, and runs only after
@@ -20,40 +21,13 @@
 #include "model/quant.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-#include <string.h>
-
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-#define TILE 4
+#include "kernels/cpu/dot_avx2.h"
 
 int fast_cpu_avx2_ok(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
-}
-
-AVX2_INLINE float ld_fp16_avx2(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h); /* exact, like fp16_to_f32 */
-}
-
-/* 8 bytes -> 8 floats, unsigned / signed */
-AVX2_INLINE __m256 u8x8_avx2(__m128i v)
-{
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-}
-
-AVX2_INLINE float hsum_avx2(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    __m128 s4 = _mm_add_ps(lo, hi);
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    return _mm_cvtss_f32(s1);
 }
 
 /* ---- sub-block decoders: row, sub-block index -> w[4] ------------------- */
@@ -137,60 +111,6 @@ AVX2_INLINE void dec_iq3_xxs_avx2(const uint8_t *row, int64_t s, __m256 *w)
     }
 }
 
-/* ---- one weight row against T activation rows --------------------------- */
-
-#define DEFINE_TILE(NAME, T)                                                       \
-    AVX2_INLINE void tile_##NAME##_##T##_avx2(const uint8_t *row, int64_t nsub,     \
-                                              const float *x, int64_t cols,         \
-                                              float *y, int64_t ystride)            \
-    {                                                                               \
-        __m256 a0[T], a1[T];                                                        \
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)                         \
-            a0[t] = a1[t] = _mm256_setzero_ps();                                    \
-        for (int64_t s = 0; s < nsub; s++) {                                        \
-            __m256 w[4];                                                            \
-            dec_##NAME##_avx2(row, s, w);                                           \
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                   \
-                const float *xs = x + t * cols + 32 * s;                            \
-                a0[t] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xs), a0[t]);          \
-                a1[t] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs + 8), a1[t]);      \
-                a0[t] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), a0[t]);     \
-                a1[t] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), a1[t]);     \
-            }                                                                       \
-        }                                                                           \
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)                         \
-            y[t * ystride] = hsum_avx2(_mm256_add_ps(a0[t], a1[t]));                \
-    }
-
-/* Weight rows outermost within a tile of activation rows: the task's rows
- * (a few KiB) stay in L1 while each tile of x streams past them. */
-#define DEFINE_ROWS(NAME)                                                          \
-    DEFINE_TILE(NAME, 1)                                                           \
-    DEFINE_TILE(NAME, 2)                                                           \
-    DEFINE_TILE(NAME, 3)                                                           \
-    DEFINE_TILE(NAME, 4)                                                           \
-    AVX2_FN static void rows_##NAME##_avx2(const uint8_t *w, size_t row_bytes,     \
-                                           int64_t nrows, int64_t cols,            \
-                                           const float *x, int64_t n, float *y,    \
-                                           int64_t ystride)                        \
-    {                                                                              \
-        const int64_t nsub = cols / 32;                                            \
-        for (int64_t i0 = 0; i0 < n; i0 += TILE) {                                 \
-            const int64_t nt = n - i0 < TILE ? n - i0 : TILE;                      \
-            const float *xt = x + i0 * cols;                                       \
-            float *yt = y + i0 * ystride;                                          \
-            for (int64_t r = 0; r < nrows; r++) {                                  \
-                const uint8_t *row = w + r * row_bytes;                            \
-                switch (nt) {                                                      \
-                case 4: tile_##NAME##_4_avx2(row, nsub, xt, cols, yt + r, ystride); break; \
-                case 3: tile_##NAME##_3_avx2(row, nsub, xt, cols, yt + r, ystride); break; \
-                case 2: tile_##NAME##_2_avx2(row, nsub, xt, cols, yt + r, ystride); break; \
-                default: tile_##NAME##_1_avx2(row, nsub, xt, cols, yt + r, ystride); break; \
-                }                                                                  \
-            }                                                                      \
-        }                                                                          \
-    }
-
 DEFINE_ROWS(q8_0)
 DEFINE_ROWS(q4_0)
 DEFINE_ROWS(q4_1)
@@ -205,8 +125,10 @@ fast_rows_fn fast_rows_vec(int type)
     case GGML_TYPE_Q4_1: return rows_q4_1_avx2;
     case GGML_TYPE_Q2_0: return rows_q2_0_avx2;
     case GGML_TYPE_IQ3_XXS: return rows_iq3_xxs_avx2;
-    default: return NULL;
+    default: break;
     }
+    fast_rows_fn f = fast_rows_vec_k(type);
+    return f ? f : fast_rows_vec_iq(type);
 }
 
 AVX2_FN float fast_dot_f32_avx2(const float *a, const float *b, int64_t n)
@@ -225,6 +147,8 @@ AVX2_FN float fast_dot_f32_avx2(const float *a, const float *b, int64_t n)
 
 int fast_cpu_avx2_ok(void) { return 0; }
 fast_rows_fn fast_rows_vec(int type) { (void)type; return NULL; }
+fast_rows_fn fast_rows_vec_k(int type) { (void)type; return NULL; }
+fast_rows_fn fast_rows_vec_iq(int type) { (void)type; return NULL; }
 float fast_dot_f32_avx2(const float *a, const float *b, int64_t n)
 {
     return fast_dot_f32(a, b, n);

@@ -32,6 +32,27 @@ typedef void (*fast_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows,
 fast_rows_fn fast_rows_scalar(int type);   /* dot_scalar.c, portable */
 fast_rows_fn fast_rows_vec(int type);      /* dot_avx2.c; NULL off x86-64 */
 
+/* Scalar sub-block decoders (dot_scalar_kiq.c): the 32 weights of
+ * sub-block s of a row, as the reference decoder computes them. */
+void dec_sub_q5_0(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q5_1(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq4_nl(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q2_k(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q3_k(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q4_k(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q5_k(const uint8_t *row, int64_t s, float *w);
+void dec_sub_q6_k(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq2_xxs(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq2_xs(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq2_s(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq3_s(const uint8_t *row, int64_t s, float *w);
+void dec_sub_iq4_xs(const uint8_t *row, int64_t s, float *w);
+
+/* The AVX2 kernels by family (dot_avx2_k.c: the K-quants; dot_avx2_iq.c:
+ * IQ2_*, IQ3_S, IQ4_XS, IQ4_NL, Q5_0, Q5_1); NULL for other types. */
+fast_rows_fn fast_rows_vec_k(int type);
+fast_rows_fn fast_rows_vec_iq(int type);
+
 /* f32 dot products for the decode-a-chunk fallback. */
 float fast_dot_f32(const float *a, const float *b, int64_t n);
 float fast_dot_f32_avx2(const float *a, const float *b, int64_t n);

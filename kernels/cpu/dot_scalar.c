@@ -1,5 +1,7 @@
-/* dot_scalar.c: portable fused kernels (see dot_kernels.h) for Q8_0, Q4_0,
- * Q4_1, Q2_0 and IQ3_XXS, used where the CPU has no AVX2.
+/* dot_scalar.c: portable fused kernels (see dot_kernels.h) for every type
+ * strata decodes except the float ones, used where the CPU has no AVX2
+ * (Q8_0, Q4_0, Q4_1, Q2_0 and IQ3_XXS here; the sub-block decoders of the
+ * K-quants, IQ types, Q5_0, Q5_1 and IQ4_NL in dot_scalar_kiq.c).
  *
  * A 32-weight sub-block is decoded into 32 floats on the stack with the
  * reference decoders' exact expressions (so the weights are the same
@@ -126,6 +128,34 @@ ROWS_SCALAR(q4_1)
 ROWS_SCALAR(q2_0)
 ROWS_SCALAR(iq3_xxs)
 
+/* the decoders of dot_scalar_kiq.c */
+#define dec_q5_0 dec_sub_q5_0
+#define dec_q5_1 dec_sub_q5_1
+#define dec_iq4_nl dec_sub_iq4_nl
+#define dec_q2_k dec_sub_q2_k
+#define dec_q3_k dec_sub_q3_k
+#define dec_q4_k dec_sub_q4_k
+#define dec_q5_k dec_sub_q5_k
+#define dec_q6_k dec_sub_q6_k
+#define dec_iq2_xxs dec_sub_iq2_xxs
+#define dec_iq2_xs dec_sub_iq2_xs
+#define dec_iq2_s dec_sub_iq2_s
+#define dec_iq3_s dec_sub_iq3_s
+#define dec_iq4_xs dec_sub_iq4_xs
+ROWS_SCALAR(q5_0)
+ROWS_SCALAR(q5_1)
+ROWS_SCALAR(iq4_nl)
+ROWS_SCALAR(q2_k)
+ROWS_SCALAR(q3_k)
+ROWS_SCALAR(q4_k)
+ROWS_SCALAR(q5_k)
+ROWS_SCALAR(q6_k)
+ROWS_SCALAR(iq2_xxs)
+ROWS_SCALAR(iq2_xs)
+ROWS_SCALAR(iq2_s)
+ROWS_SCALAR(iq3_s)
+ROWS_SCALAR(iq4_xs)
+
 fast_rows_fn fast_rows_scalar(int type)
 {
     switch (type) {
@@ -134,6 +164,19 @@ fast_rows_fn fast_rows_scalar(int type)
     case GGML_TYPE_Q4_1: return rows_q4_1;
     case GGML_TYPE_Q2_0: return rows_q2_0;
     case GGML_TYPE_IQ3_XXS: return rows_iq3_xxs;
+    case GGML_TYPE_Q5_0: return rows_q5_0;
+    case GGML_TYPE_Q5_1: return rows_q5_1;
+    case GGML_TYPE_IQ4_NL: return rows_iq4_nl;
+    case GGML_TYPE_Q2_K: return rows_q2_k;
+    case GGML_TYPE_Q3_K: return rows_q3_k;
+    case GGML_TYPE_Q4_K: return rows_q4_k;
+    case GGML_TYPE_Q5_K: return rows_q5_k;
+    case GGML_TYPE_Q6_K: return rows_q6_k;
+    case GGML_TYPE_IQ2_XXS: return rows_iq2_xxs;
+    case GGML_TYPE_IQ2_XS: return rows_iq2_xs;
+    case GGML_TYPE_IQ2_S: return rows_iq2_s;
+    case GGML_TYPE_IQ3_S: return rows_iq3_s;
+    case GGML_TYPE_IQ4_XS: return rows_iq4_xs;
     default: return NULL;
     }
 }

@@ -6,10 +6,11 @@
  *    into tasks of whole rows handed out dynamically (a loaded machine
  *    slows threads unevenly); small products stay on the calling thread,
  *    where waking a worker would cost more than it saves.
- *  - Kernels: Q8_0, Q4_0, Q4_1, Q2_0 and IQ3_XXS decode each 32-weight
- *    sub-block straight into registers and multiply-accumulate it with
- *    every activation row of the call (kernels/cpu/dot_avx2.c with AVX2,
- *    FMA and F16C, chosen at run time; dot_scalar.c otherwise).  Other
+ *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
+ *    K-quants, the IQ2/IQ3/IQ4_XS types) decodes each 32-weight sub-block
+ *    straight into registers and multiply-accumulates it with every
+ *    activation row of the call (kernels/cpu/dot_avx2*.c with AVX2, FMA
+ *    and F16C, chosen at run time; dot_scalar*.c otherwise).  The float
  *    types decode 256-element chunks with their own decoder and dot them
  *    (f32 dot, AVX2 when available), each chunk used for all n rows.
  *

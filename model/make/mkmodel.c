@@ -134,10 +134,12 @@ static int check_params(const mkmodel_params *p, strata_error *err)
             return rc;
     }
     const type_traits *tt = type_traits_get(p->type);
-    if (!tt || !tt->quant)
+    int offs[2];
+    if (!tt || (!tt->quant && !(tt->dequant && type_fp16_scales(tt->id, offs))))
         return strata_err(err, STRATA_E_ARG,
-                          "mkmodel: --type %s: strata has no quantizer for it (use f32, f16, "
-                          "q8_0, q4_0, q2_0 or iq3_xxs)", tt ? tt->name : "?");
+                          "mkmodel: --type %s: strata can neither quantize nor decode it (use "
+                          "f32, f16, q8_0, q4_0, q2_0, iq3_xxs, or a type strata decodes such "
+                          "as q4_k)", tt ? tt->name : "?");
     return 0;
 }
 
@@ -327,9 +329,53 @@ static void fill_row_from_pool(const job *j, int64_t row, uint8_t *dst)
     }
 }
 
+/* Types strata decodes but cannot quantize (Q4_K, Q6_K, Q2_K, IQ2_S, ...):
+ * each block is random bytes whose fp16 scale fields are then set so the
+ * block's decoded RMS is the row's std.  Every decoded value is linear in
+ * those fields (type_fp16_scales), so one decode at scale 1 measures it.
+ * Not Gaussian, but finite weights of the right size in the type's own
+ * bit layout, which is what a test or a benchmark of the type needs. */
+static void random_blocks_row(const job *j, int64_t row, uint8_t *dst)
+{
+    uint64_t s = j->seed ^ ((uint64_t)row * 0xD1B54A32D192ED03ull);
+    splitmix64(&s);
+    const int bytes = j->tt->bytes, blck = j->tt->blck;
+    int offs[2];
+    const int ns = type_fp16_scales(j->tt->id, offs);
+    float y[256];
+    for (int64_t b = 0; b < j->n / blck; b++) {
+        uint8_t *blk = dst + b * bytes;
+        for (int k = 0; k < bytes; k += 8) {
+            const uint64_t r = splitmix64(&s);
+            memcpy(blk + k, &r, bytes - k < 8 ? (size_t)(bytes - k) : 8);
+        }
+        uint16_t one = f32_to_fp16(1.0f);
+        for (int k = 0; k < ns; k++)
+            memcpy(blk + offs[k], &one, 2);
+        j->tt->dequant(blk, y, blck);
+        double ss = 0;
+        for (int i = 0; i < blck; i++)
+            ss += (double)y[i] * y[i];
+        const double rms = sqrt(ss / blck);
+        const uint16_t h = f32_to_fp16(rms > 0 ? (float)(j->std / rms) : 0.0f);
+        for (int k = 0; k < ns; k++)
+            memcpy(blk + offs[k], &h, 2);
+    }
+}
+
 static void *job_worker(void *arg)
 {
     job *j = arg;
+    if (!j->pool && !j->tt->quant) {
+        for (;;) {
+            const int64_t r0 = atomic_fetch_add(&j->next, ROWS_PER_CHUNK);
+            if (r0 >= j->rows)
+                break;
+            for (int64_t r = r0; r < r0 + ROWS_PER_CHUNK && r < j->rows; r++)
+                random_blocks_row(j, r, j->dst + (size_t)r * j->row_bytes);
+        }
+        return NULL;
+    }
     float *x = j->pool ? NULL : malloc((size_t)j->n * sizeof *x);
     if (!j->pool && !x) {
         atomic_store(&j->failed, 1);
