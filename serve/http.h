@@ -67,6 +67,7 @@ typedef struct http_conn {
     double request_timeout;     /* s from its first byte to its whole body */
     double write_timeout;       /* s a write may wait for the client */
     volatile int *stop;         /* when set, an idle wait ends */
+    volatile int *abort;        /* when set, any wait ends */
 } http_conn;
 
 enum {
