@@ -311,7 +311,13 @@ static int parse_chat(serve *s, const json *root, gen *g, perr *e)
                      role->str);
             break;
         }
-        rc = content_text(json_get(it, "content"), i, &texts[i], e);
+        const json *content = json_get(it, "content");
+        if (!content && strcmp(msgs[i].role, "assistant")) {
+            snprintf(name, sizeof name, "messages[%zu].content", i);
+            rc = bad(e, name, "'%s' is required", name);
+            break;
+        }
+        rc = content_text(content, i, &texts[i], e);
         msgs[i].content = texts[i];
     }
     strata_error err = {0};

@@ -1,0 +1,425 @@
+/* test_serve.c: suite "serve": `strata-cli serve` end to end, on
+ * 127.0.0.1 on a free port, started and stopped by each test.
+ *
+ *   - the official `openai` Python client: models, chat whole and streamed
+ *     (the same greedy text; include_usage), completions, a 400;
+ *   - 16 clients hold 2-turn greedy conversations at once (resending the
+ *     history as text): every answer equals the one the same conversation
+ *     gets alone, every first answer equals `strata-cli run --chat`'s, and
+ *     every follow-up reports its whole previous turn as cached tokens;
+ *   - each bad input gets its status: 401 (no key, wrong key), 404, 405,
+ *     400 (malformed HTTP, malformed JSON, a wrong type, invalid UTF-8, a
+ *     prompt over the context), 413 (body over --max-body-mib);
+ *   - with one slot and no queue a second request gets 503 + Retry-After;
+ *     a client that hangs up mid-answer frees the slot at once (the next
+ *     request is answered; /metrics counts the disconnect);
+ *   - SIGTERM lets the answer in flight finish, then the server exits 0.
+ * The demo model is needed where answers are compared or must be slow;
+ * the tiny generated llama serves the error cases. */
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve/json.h"
+
+#define NEED_CLI()                                                            \
+    const char *cli = test_cli();                                             \
+    if (!cli)                                                                 \
+        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)")
+#define NEED_CURL()                                                           \
+    if (system("command -v curl >/dev/null 2>&1"))                            \
+        TEST_SKIP("curl not installed")
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char out[512], log[512];
+} server;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *b = malloc(1 << 20);
+    size_t n = fread(b, 1, (1 << 20) - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Start `strata-cli serve -m MODEL --port 0 ARGS` and wait for its URL. */
+static void server_start(server *sv, const char *cli, const char *model, const char *args)
+{
+    static int n;
+    const char *dir = test_tmpdir();
+    snprintf(sv->out, sizeof sv->out, "%s/serve-%d-%d.out", dir, (int)getpid(), n);
+    snprintf(sv->log, sizeof sv->log, "%s/serve-%d-%d.log", dir, (int)getpid(), n++);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 2 %s >'%s' 2>'%s'",
+             cli, model, args, sv->out, sv->log);
+    sv->pid = fork();
+    ck_assert_int_ge(sv->pid, 0);
+    if (sv->pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    sv->port = 0;
+    for (double t0 = now_s(); now_s() - t0 < 60;) {
+        char *o = slurp(sv->out);
+        const char *p = o ? strstr(o, "listening on http://127.0.0.1:") : NULL;
+        if (p)
+            sv->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        free(o);
+        if (sv->port)
+            return;
+        int st;
+        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
+            char *l = slurp(sv->log);
+            ck_abort_msg("serve exited before listening: %s", l ? l : "");
+        }
+        usleep(20000);
+    }
+    kill(sv->pid, SIGKILL);
+    ck_abort_msg("serve printed no URL within 60 s");
+}
+
+/* SIGTERM; returns the exit status (-1 if it had to be killed). */
+static int server_stop(server *sv)
+{
+    kill(sv->pid, SIGTERM);
+    int st = 0;
+    for (double t0 = now_s(); now_s() - t0 < 30; usleep(20000))
+        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
+            remove(sv->out);
+            remove(sv->log);
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+    kill(sv->pid, SIGKILL);
+    waitpid(sv->pid, &st, 0);
+    return -1;
+}
+
+/* curl ARGS against the server; returns the HTTP status, *body the body
+ * (malloc'd, may be NULL). */
+static int curl(const server *sv, char **body, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int curl(const server *sv, char **body, const char *fmt, ...)
+{
+    char args[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    char host[64];
+    snprintf(host, sizeof host, "http://127.0.0.1:%d", sv->port);
+    /* every argument may name the host as @H */
+    char cmd[4096], *d = cmd;
+    d += snprintf(d, sizeof cmd, "curl -s -m 120 -w '\\n%%{http_code}' ");
+    for (const char *s = args; *s && d < cmd + sizeof cmd - 80; s++) {
+        if (s[0] == '@' && s[1] == 'H') {
+            d += sprintf(d, "%s", host);
+            s++;
+        } else {
+            *d++ = *s;
+        }
+    }
+    *d = 0;
+    test_run(cmd, &out);
+    char *nl = out ? strrchr(out, '\n') : NULL;
+    int code = nl ? atoi(nl + 1) : -1;
+    if (nl)
+        *nl = 0;
+    if (body)
+        *body = out;
+    else
+        free(out);
+    return code;
+}
+
+static const char *tiny_model(void)
+{
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("serve-llama", 400, 21);
+    return path;
+}
+
+#define CHAT "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}' "
+
+START_TEST(serve_openai_client)
+{
+    NEED_CLI();
+    NEED_CURL();
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not present (make model)");
+    if (!test_have_python("openai"))
+        TEST_SKIP("python openai package missing (pip install openai)");
+    server sv;
+    server_start(&sv, cli, model, "--quiet");
+    char *out = NULL;
+    int rc = test_runf(&out, "python3 '%s/test/scripts/serve_client.py' api http://127.0.0.1:%d/v1",
+                       test_root(), sv.port);
+    ck_assert_msg(rc == 0, "serve_client.py api failed (%d): %s", rc, out);
+    json *v = NULL;
+    strata_error err = {0};
+    ck_assert_msg(json_parse(out, strlen(out), &v, &err) == 0, "%s: %s", err.msg, out);
+    const json *chat = json_get(v, "chat"), *stream = json_get(v, "stream");
+    const json *cc = json_get(chat, "content"), *sc = json_get(stream, "content");
+    ck_assert_msg(cc && sc && cc->len > 0, "%s", out);
+    ck_assert_msg(cc->len == sc->len && !memcmp(cc->str, sc->str, cc->len),
+                  "streamed answer differs from the whole one: %s", out);
+    ck_assert_str_eq(json_get(chat, "finish")->str, "length");
+    ck_assert(json_get(chat, "completion_tokens")->num == 8);
+    ck_assert(json_get(stream, "completion_tokens")->num == 8);
+    ck_assert(json_get(stream, "roles")->num == 1);
+    const json *models = json_get(v, "models");
+    ck_assert_msg(models->n == 1 && strstr(models->items[0]->str, "SmolLM2"), "%s", out);
+    ck_assert_msg(json_get(json_get(v, "completion"), "text")->len > 0, "%s", out);
+    ck_assert(json_get(v, "bad_status")->num == 400);
+    json_free(v);
+    free(out);
+    /* the plain endpoints, and what the metrics counted */
+    ck_assert_int_eq(curl(&sv, &out, "@H/health"), 200);
+    ck_assert_str_eq(out, "{\"status\":\"ok\"}");
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, "@H/metrics"), 200);
+    ck_assert_msg(strstr(out, "strata_requests_total{endpoint=\"/v1/chat/completions\","
+                              "status=\"200\"} 2") &&
+                  strstr(out, "strata_requests_total{endpoint=\"/v1/chat/completions\","
+                              "status=\"400\"} 1") &&
+                  strstr(out, "strata_generated_tokens_total 22") &&
+                  strstr(out, "strata_time_to_first_token_seconds_count 3"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(server_stop(&sv), 0);
+}
+END_TEST
+
+START_TEST(serve_conversations_equal_run)
+{
+    NEED_CLI();
+    NEED_CURL();
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not present (make model)");
+    if (!test_have_python("openai"))
+        TEST_SKIP("python openai package missing (pip install openai)");
+    server sv;
+    server_start(&sv, cli, model, "--quiet --batch 8");
+    char *out = NULL;
+    double t0 = now_s();
+    int rc = test_runf(&out, "python3 '%s/test/scripts/serve_client.py' conversations "
+                             "http://127.0.0.1:%d/v1 16 2 8", test_root(), sv.port);
+    double dt = now_s() - t0;
+    ck_assert_msg(rc == 0, "serve_client.py conversations failed (%d): %s", rc, out);
+    ck_assert_int_eq(server_stop(&sv), 0);
+    json *v = NULL;
+    strata_error err = {0};
+    ck_assert_msg(json_parse(out, strlen(out), &v, &err) == 0, "%s: %s", err.msg, out);
+    const json *conc = json_get(v, "concurrent"), *ser = json_get(v, "serial");
+    const json *first = json_get(v, "first");
+    ck_assert_int_eq(conc->n, 16);
+    int min_cached = 1 << 30;
+    for (size_t k = 0; k < 16; k++) {
+        for (size_t r = 0; r < 2; r++) {
+            const json *a = json_get(conc->items[k]->items[r], "answer");
+            const json *b = json_get(ser->items[k]->items[r], "answer");
+            ck_assert_msg(a->len == b->len && !memcmp(a->str, b->str, a->len),
+                          "client %zu turn %zu: '%s' at once, '%s' alone", k, r + 1, a->str,
+                          b->str);
+        }
+        /* the follow-up found the whole first turn (its prompt and the 8
+         * answer tokens, the last one sampled but not read) */
+        const json *t1 = conc->items[k]->items[0], *t2 = conc->items[k]->items[1];
+        int want = (int)json_get(t1, "prompt")->num + 8 - 1;
+        int got = (int)json_get(t2, "cached")->num;
+        ck_assert_msg(got >= want, "client %zu: follow-up cached %d tokens, want >= %d", k, got,
+                      want);
+        ck_assert_int_eq((int)json_get(t1, "cached")->num, 0);
+        if (got < min_cached)
+            min_cached = got;
+    }
+    /* the first answers, as `strata-cli run --chat` gives them */
+    for (size_t q = 0; q < first->n; q++) {
+        char *ans = NULL;
+        rc = test_runf(&ans, "'%s' run --chat -m '%s' -p '%s' --temp 0 -n 8 -t 2 2>/dev/null",
+                       cli, model, first->items[q]->str);
+        ck_assert_int_eq(rc, 0);
+        size_t l = strlen(ans);
+        if (l && ans[l - 1] == '\n')
+            ans[--l] = 0;
+        const json *a = json_get(conc->items[q]->items[0], "answer");
+        ck_assert_msg(a->len == l && !memcmp(a->str, ans, l), "'%s': run says '%s', serve '%s'",
+                      first->items[q]->str, ans, a->str);
+        free(ans);
+    }
+    printf("serve: 16 clients x 2 turns at once + alone in %.1f s; follow-ups cached >= %d "
+           "tokens\n", dt, min_cached);
+    json_free(v);
+    free(out);
+}
+END_TEST
+
+START_TEST(serve_bad_inputs)
+{
+    NEED_CLI();
+    NEED_CURL();
+    server sv;
+    server_start(&sv, cli, tiny_model(), "--api-key sekrit -c 64 --max-body-mib 1");
+    const char *key = "-H 'Authorization: Bearer sekrit' ";
+    char *out = NULL;
+    /* the key */
+    ck_assert_int_eq(curl(&sv, NULL, "@H/v1/models"), 401);
+    ck_assert_int_eq(curl(&sv, NULL, "-H 'Authorization: Bearer sekriT' @H/v1/models"), 401);
+    ck_assert_int_eq(curl(&sv, NULL, "%s @H/v1/models", key), 200);
+    ck_assert_int_eq(curl(&sv, NULL, "@H/health"), 200);
+    ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
+    /* paths and methods */
+    ck_assert_int_eq(curl(&sv, NULL, "%s @H/v2/nothing", key), 404);
+    ck_assert_int_eq(curl(&sv, NULL, "%s @H/v1/chat/completions", key), 405);
+    /* JSON: malformed, a wrong type, invalid UTF-8, missing field */
+    ck_assert_int_eq(curl(&sv, &out, "%s -d '{\"messages\":[' @H/v1/chat/completions", key), 400);
+    ck_assert_msg(strstr(out, "not valid JSON") && strstr(out, "invalid_request_error"), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, "%s -d '{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                     "\"max_tokens\":\"4\"}' @H/v1/chat/completions", key), 400);
+    ck_assert_msg(strstr(out, "\"param\":\"max_tokens\""), "%s", out);
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, "%s --data-binary \"$(printf '{\"prompt\":\"a\\377b\"}')\" "
+                                     "@H/v1/completions", key), 400);
+    ck_assert_msg(strstr(out, "invalid UTF-8"), "%s", out);
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, "%s -d '{\"max_tokens\":4}' @H/v1/chat/completions", key),
+                     400);
+    ck_assert_msg(strstr(out, "'messages' is required"), "%s", out);
+    free(out);
+    /* a prompt over the 64-token context */
+    char big[1200] = "-d '{\"prompt\":\"";
+    for (int i = 0; i < 100; i++)
+        strcat(big, "one two ");
+    strcat(big, "\"}'");
+    ck_assert_int_eq(curl(&sv, &out, "%s %s @H/v1/completions", key, big), 400);
+    ck_assert_msg(strstr(out, "context_length_exceeded"), "%s", out);
+    free(out);
+    /* a body over --max-body-mib 1 */
+    char *raw = NULL;
+    test_runf(&raw, "head -c 2000000 /dev/zero | curl -s -o /dev/null -w '%%{http_code}' %s "
+                    "--data-binary @- http://127.0.0.1:%d/v1/completions", key, sv.port);
+    ck_assert_msg(!strcmp(raw, "413"), "body over the limit: %s", raw);
+    free(raw);
+    /* malformed HTTP, by hand */
+    test_runf(&raw, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"GET /health HTTP/1.1\\r\\n"
+                    "Host: x\\r\\nBad Field: y\\r\\n\\r\\n\" >&3; head -c 12 <&3'", sv.port);
+    ck_assert_msg(!strcmp(raw, "HTTP/1.1 400"), "malformed header: '%s'", raw);
+    free(raw);
+    /* the metrics saw all of it, and the server still answers */
+    ck_assert_int_eq(curl(&sv, &out, "%s @H/metrics", key), 200);
+    ck_assert_msg(strstr(out, "status=\"401\"} 2") && strstr(out, "status=\"404\"} 1") &&
+                  strstr(out, "status=\"413\"}"), "%s", out);
+    free(out);
+    ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
+    ck_assert_int_eq(server_stop(&sv), 0);
+}
+END_TEST
+
+/* With one slot and no queue: busy -> 503; a client that leaves frees the
+ * slot; SIGTERM drains. */
+START_TEST(serve_queue_disconnect_drain)
+{
+    NEED_CLI();
+    NEED_CURL();
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("demo model not present (make model): the answers must take a while");
+    server sv;
+    server_start(&sv, cli, model, "--batch 1 --max-queue 0 --quiet");
+    char cmd[1024];
+    const char *dir = test_tmpdir();
+    /* a long streamed answer, cut off by its client after 1.5 s */
+    snprintf(cmd, sizeof cmd, "curl -sN -m 1.5 -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":"
+             "3000,\"stream\":true}' http://127.0.0.1:%d/v1/completions >'%s/long.out' 2>&1 &",
+             sv.port, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *out = NULL;
+    int busy = 0;
+    for (double t0 = now_s(); !busy && now_s() - t0 < 1.2; usleep(50000)) {
+        curl(&sv, &out, "@H/metrics");
+        busy = strstr(out, "strata_requests_in_flight 1") != NULL;
+        free(out);
+    }
+    ck_assert_msg(busy, "the long request never ran");
+    ck_assert_int_eq(curl(&sv, &out, "-i -d '{\"prompt\":\"x\",\"max_tokens\":2}' "
+                                     "@H/v1/completions"), 503);
+    ck_assert_msg(strstr(out, "Retry-After: 1") && strstr(out, "queue_full"), "%s", out);
+    free(out);
+    /* the client leaves at 1.5 s; its slot frees within a step or two */
+    double t_free = 0;
+    for (double t0 = now_s(); now_s() - t0 < 10; usleep(50000)) {
+        curl(&sv, &out, "@H/metrics");
+        int done = strstr(out, "strata_requests_in_flight 0") != NULL;
+        free(out);
+        if (done) {
+            t_free = now_s() - t0;
+            break;
+        }
+    }
+    ck_assert_msg(t_free > 0, "the slot stayed busy after the client left");
+    ck_assert_int_eq(curl(&sv, &out, "@H/metrics"), 200);
+    ck_assert_msg(strstr(out, "strata_client_disconnects_total 1"), "%s", out);
+    free(out);
+    /* SIGTERM while an answer runs: it is finished, then exit 0 */
+    snprintf(cmd, sizeof cmd, "curl -s -m 60 -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":"
+             "24}' http://127.0.0.1:%d/v1/completions >'%s/drain.out' 2>&1 &", sv.port, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    usleep(300000);
+    ck_assert_int_eq(server_stop(&sv), 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/drain.out", dir);
+    for (double t0 = now_s(); now_s() - t0 < 5; usleep(50000)) {
+        out = slurp(path);
+        if (out && strstr(out, "}}"))
+            break;
+        free(out);
+        out = NULL;
+    }
+    ck_assert_msg(out && strstr(out, "\"completion_tokens\":24"), "drained answer: %s",
+                  out ? out : "(none)");
+    free(out);
+    remove(path);
+    snprintf(path, sizeof path, "%s/long.out", dir);
+    remove(path);
+    rmdir(dir);
+}
+END_TEST
+
+static Suite *serve_suite(void)
+{
+    Suite *s = suite_create("serve");
+    TCase *tc = tcase_create("serve");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, serve_bad_inputs);
+    tcase_add_test(tc, serve_queue_disconnect_drain);
+    tcase_add_test(tc, serve_openai_client);
+    tcase_add_test(tc, serve_conversations_equal_run);
+    suite_add_tcase(s, tc);
+    return s;
+}
+TEST_SUITE(serve_suite)
