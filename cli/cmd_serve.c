@@ -167,6 +167,10 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "strata-cli serve: %s\n", err.msg);
         return 1;
     }
+    const char *h = sp.host;
+    int v6 = strchr(h, ':') != NULL;
+    fprintf(stderr, "strata serve: loading %s; http://%s%s%s:%d/health says 503 until it is "
+                    "ready\n", o.ep.model_path, v6 ? "[" : "", h, v6 ? "]" : "", serve_port(srv));
     frontend fe;
     if (frontend_open_flags(&fe, &o, FRONTEND_NO_SEQ, &err)) {
         fprintf(stderr, "strata-cli serve: %s\n", err.msg);
@@ -183,8 +187,6 @@ int cmd_serve(int argc, char **argv)
         frontend_close(&fe);
         return 1;
     }
-    const char *h = sp.host;
-    int v6 = strchr(h, ':') != NULL;
     printf("strata serve: listening on http://%s%s%s:%d/v1 (model %s, %s, %d slots, context %d, "
            "conversation cache %zu MiB%s)\n",
            v6 ? "[" : "", h, v6 ? "]" : "", serve_port(srv), idbuf,

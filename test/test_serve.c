@@ -13,7 +13,8 @@
  *   - with one slot and no queue a second request gets 503 + Retry-After;
  *     a client that hangs up mid-answer frees the slot at once (the next
  *     request is answered; /metrics counts the disconnect);
- *   - SIGTERM lets the answer in flight finish, then the server exits 0.
+ *   - SIGTERM lets the answer in flight finish, then the server exits 0;
+ *   - while the model loads, /health and the API say 503.
  * The demo model is needed where answers are compared or must be slow;
  * the tiny generated llama serves the error cases. */
 #include "testutil.h"
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +42,7 @@
 typedef struct server {
     pid_t pid;
     int port;
-    char out[512], log[512];
+    char dir[64], out[512], log[512];
 } server;
 
 static double now_s(void)
@@ -67,6 +69,7 @@ static void server_start(server *sv, const char *cli, const char *model, const c
 {
     static int n;
     const char *dir = test_tmpdir();
+    snprintf(sv->dir, sizeof sv->dir, "%s", dir);
     snprintf(sv->out, sizeof sv->out, "%s/serve-%d-%d.out", dir, (int)getpid(), n);
     snprintf(sv->log, sizeof sv->log, "%s/serve-%d-%d.log", dir, (int)getpid(), n++);
     char cmd[2048];
@@ -107,6 +110,7 @@ static int server_stop(server *sv)
         if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
             remove(sv->out);
             remove(sv->log);
+            rmdir(sv->dir);
             return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         }
     kill(sv->pid, SIGKILL);
@@ -410,11 +414,61 @@ START_TEST(serve_queue_disconnect_drain)
 }
 END_TEST
 
+/* The socket is open while the model loads: /health says 503.  The
+ * model here is a FIFO, so loading waits until the test writes to it; it
+ * then gets a few bytes that are no GGUF, and the server exits 1. */
+START_TEST(serve_health_while_loading)
+{
+    NEED_CLI();
+    NEED_CURL();
+    char fifo[600], log[600], cmd[2048];
+    const char *dir = test_tmpdir();
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    snprintf(log, sizeof log, "%s/loading.log", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 >/dev/null 2>'%s'", cli, fifo,
+             log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int port = 0;
+    for (double t0 = now_s(); !port && now_s() - t0 < 20; usleep(20000)) {
+        char *l = slurp(log);
+        const char *p = l ? strstr(l, "http://127.0.0.1:") : NULL;
+        if (p)
+            port = atoi(p + strlen("http://127.0.0.1:"));
+        free(l);
+    }
+    ck_assert_msg(port > 0, "no port announced while loading");
+    server sv = {.pid = pid, .port = port};
+    char *out = NULL;
+    ck_assert_int_eq(curl(&sv, &out, "@H/health"), 503);
+    ck_assert_str_eq(out, "{\"status\":\"loading\"}");
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, CHAT "@H/v1/chat/completions"), 503);
+    ck_assert_msg(strstr(out, "still loading"), "%s", out);
+    free(out);
+    FILE *f = fopen(fifo, "w"); /* the loader's open returns; EOF follows */
+    ck_assert_ptr_nonnull(f);
+    fputs("not a gguf", f);
+    fclose(f);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    remove(fifo);
+    remove(log);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
     TCase *tc = tcase_create("serve");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
     tcase_add_test(tc, serve_queue_disconnect_drain);
     tcase_add_test(tc, serve_openai_client);
