@@ -9,6 +9,7 @@
  * request reaches the scheduler when complete), and one that reads slowly
  * is cut off after write_timeout, which cancels its request. */
 #include "serve/serve_internal.h"
+#include "serve/page.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -181,6 +182,7 @@ static void route(serve_call *k)
         {"/v1/models", "GET", EP_MODELS, 0},
         {"/health", "GET", EP_HEALTH, 0},
         {"/metrics", "GET", EP_METRICS, 0},
+        {"/", "GET", EP_PAGE, 0},
     };
     int r = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -192,15 +194,21 @@ static void route(serve_call *k)
         return;
     }
     k->endpoint = routes[r].ep;
-    int is_get = !strcmp(req->method, "GET"), is_head = !strcmp(req->method, "HEAD");
-    if (strcmp(req->method, routes[r].method) && !(is_head && !strcmp(routes[r].method, "GET"))) {
+    if (strcmp(req->method, routes[r].method)) {
         char allow[64];
         snprintf(allow, sizeof allow, "Allow: %s\r\n", routes[r].method);
         serve_send_error(k, 405, "invalid_request_error", NULL, NULL, allow,
                          "%s takes %s, not %s", path, routes[r].method, req->method);
         return;
     }
-    (void)is_get;
+    if (k->endpoint == EP_PAGE) {
+        /* the page holds no data: its requests carry the key */
+        size_t len;
+        const char *page = serve_page(&len);
+        k->status = 200;
+        http_respond(k->c, 200, "text/html; charset=utf-8", NULL, page, len, req->keep_alive);
+        return;
+    }
     if (s->api_key && k->endpoint != EP_HEALTH && !key_ok(s, req)) {
         serve_send_error(k, 401, "invalid_request_error", NULL, "invalid_api_key",
                          "WWW-Authenticate: Bearer\r\n",

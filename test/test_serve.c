@@ -14,7 +14,8 @@
  *     a client that hangs up mid-answer frees the slot at once (the next
  *     request is answered; /metrics counts the disconnect);
  *   - SIGTERM lets the answer in flight finish, then the server exits 0;
- *   - while the model loads, /health and the API say 503.
+ *   - while the model loads, /health and the API say 503;
+ *   - GET / serves the chat page, without a key.
  * The demo model is needed where answers are compared or must be slow;
  * the tiny generated llama serves the error cases. */
 #include "testutil.h"
@@ -295,6 +296,21 @@ START_TEST(serve_bad_inputs)
     ck_assert_int_eq(curl(&sv, NULL, "%s @H/v1/models", key), 200);
     ck_assert_int_eq(curl(&sv, NULL, "@H/health"), 200);
     ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
+    /* the chat page needs no key (its requests carry it) */
+    ck_assert_int_eq(curl(&sv, &out, "@H/"), 200);
+    ck_assert_msg(strstr(out, "<title>strata chat</title>") && strstr(out, "/v1/chat/completions"),
+                  "%s", out);
+    free(out);
+    if (system("command -v node >/dev/null 2>&1") == 0) {
+        /* its script parses (node --check on what lies between the tags) */
+        char *r = NULL;
+        int rc = test_runf(&r, "curl -s http://127.0.0.1:%d/ | sed -n '/<script>/,/<\\/script>/p' "
+                               "| sed '1d;$d' > '%s/page.js' && node --check '%s/page.js' 2>&1; "
+                               "st=$?; rm -f '%s/page.js'; exit $st",
+                           sv.port, sv.dir, sv.dir, sv.dir);
+        ck_assert_msg(rc == 0, "the page's script does not parse: %s", r);
+        free(r);
+    }
     /* paths and methods */
     ck_assert_int_eq(curl(&sv, NULL, "%s @H/v2/nothing", key), 404);
     ck_assert_int_eq(curl(&sv, NULL, "%s @H/v1/chat/completions", key), 405);
@@ -466,10 +482,14 @@ END_TEST
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
-    TCase *tc = tcase_create("serve");
+    /* CK_RUN_CASE=serve_errors runs the quick ones (tiny model) alone */
+    TCase *tc = tcase_create("serve_errors");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("serve_demo");
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, serve_queue_disconnect_drain);
     tcase_add_test(tc, serve_openai_client);
     tcase_add_test(tc, serve_conversations_equal_run);
