@@ -256,6 +256,32 @@ static void conn_done(serve *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* After an error answered before the request was read (413 on a body
+ * still coming): stop writing, then read and drop what the client still
+ * sends, for at most a second and 16 MiB.  Closing with unread bytes makes the kernel send a
+ * reset, which can destroy the answer before the client reads it. */
+static void linger_drain(http_conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    char buf[16384];
+    size_t total = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double dt = (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (dt > 1.0 || total >= (16u << 20))
+            break;
+        struct pollfd pf = {c->fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t k = recv(c->fd, buf, sizeof buf, 0);
+        if (k <= 0)
+            break;
+        total += (size_t)k;
+    }
+}
+
 static void *conn_main(void *arg)
 {
     conn_arg a = *(conn_arg *)arg;
@@ -283,6 +309,7 @@ static void *conn_main(void *arg)
             serve_send_error(&k, status, "invalid_request_error", NULL, NULL, NULL, "%s",
                              err.msg);
             metrics_request(&s->m, EP_OTHER, status);
+            linger_drain(&c);
             break;
         }
         serve_call k = {s, &c, &req, EP_OTHER, 0, 0};
