@@ -622,6 +622,8 @@ static void generate(serve_call *k, gen *g)
     metrics_tokens(&s->m, res.n_prompt, res.n_gen, res.n_resident, res.n_restored);
     if (res.n_gen > 0)
         metrics_ttft(&s->m, res.t_first);
+    if (g->stream)  /* counted before the last chunk goes out */
+        serve_count(k, res.finish == SCHED_FINISH_ERROR ? 500 : gone ? 499 : 200);
     if (res.finish == SCHED_FINISH_ERROR) {
         if (g->stream) {
             jbuf b = {0};

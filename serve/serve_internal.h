@@ -50,7 +50,13 @@ typedef struct serve_call {
     int endpoint;
     int status;                 /* what was answered (for the metrics) */
     int close;                  /* 1: close the connection after this */
+    int counted;                /* the metrics have counted it */
 } serve_call;
+
+/* Count the answer's status in the metrics, once, before the last byte of
+ * the answer goes out: a client that reads /metrics right after its
+ * answer must find it counted. */
+void serve_count(serve_call *k, int status);
 
 /* Responses (server.c). */
 int serve_send_json(serve_call *k, int status, const jbuf *body, const char *extra);

@@ -50,9 +50,17 @@ int serve_port(const serve *s)
 
 /* ---- responses ---------------------------------------------------------- */
 
-int serve_send_json(serve_call *k, int status, const jbuf *body, const char *extra)
+void serve_count(serve_call *k, int status)
 {
     k->status = status;
+    if (!k->counted)
+        metrics_request(&k->s->m, k->endpoint, status);
+    k->counted = 1;
+}
+
+int serve_send_json(serve_call *k, int status, const jbuf *body, const char *extra)
+{
+    serve_count(k, body->oom ? 500 : status);
     if (body->oom)
         return http_respond(k->c, 500, "application/json", NULL,
                             "{\"error\":{\"message\":\"out of memory\"}}", 36,
@@ -138,10 +146,9 @@ static void get_metrics(serve_call *k)
     if (s->idx)
         g.convindex_entries = (uint64_t)convindex_entries(s->idx);
     /* this request counts itself before the text is written */
-    metrics_request(&s->m, EP_METRICS, 200);
+    serve_count(k, 200);
     jbuf b = {0};
     metrics_write(&s->m, &g, &b);
-    k->status = -200; /* counted already */
     http_respond(k->c, 200, "text/plain; version=0.0.4", NULL, b.p ? b.p : "", b.len,
                  k->req->keep_alive);
     jbuf_free(&b);
@@ -205,7 +212,7 @@ static void route(serve_call *k)
         /* the page holds no data: its requests carry the key */
         size_t len;
         const char *page = serve_page(&len);
-        k->status = 200;
+        serve_count(k, 200);
         http_respond(k->c, 200, "text/html; charset=utf-8", NULL, page, len, req->keep_alive);
         return;
     }
@@ -305,17 +312,16 @@ static void *conn_main(void *arg)
             /* answer, then close: after a framing error the stream cannot
              * be trusted to hold a next request where we think it does */
             http_request dummy = {.method = "?", .target = "?"};
-            serve_call k = {s, &c, &dummy, EP_OTHER, 0, 1};
+            serve_call k = {s, &c, &dummy, EP_OTHER, 0, 1, 0};
             serve_send_error(&k, status, "invalid_request_error", NULL, NULL, NULL, "%s",
                              err.msg);
-            metrics_request(&s->m, EP_OTHER, status);
             linger_drain(&c);
             break;
         }
-        serve_call k = {s, &c, &req, EP_OTHER, 0, 0};
+        serve_call k = {s, &c, &req, EP_OTHER, 0, 0, 0};
         route(&k);
         if (k.status > 0)
-            metrics_request(&s->m, k.endpoint, k.status);
+            serve_count(&k, k.status); /* an answer that did not count itself */
         int keep = req.keep_alive && !s->stopping && !k.close;
         http_request_free(&req);
         if (!keep)
@@ -345,13 +351,16 @@ static void *accept_main(void *arg)
             s->n_conns++;
         pthread_mutex_unlock(&s->mu);
         if (full) {
-            static const char busy[] =
-                "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: "
-                "application/json\r\nContent-Length: 71\r\nConnection: close\r\n\r\n"
-                "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\"}}";
+#define BUSY_BODY "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\"}}"
+            char busy[320];
+            int n = snprintf(busy, sizeof busy,
+                             "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                             "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                             "Connection: close\r\n\r\n%s",
+                             sizeof BUSY_BODY - 1, BUSY_BODY);
             http_conn c = {.fd = fd, .write_timeout = 0.5};
-            http_write(&c, busy, sizeof busy - 1);
             metrics_request(&s->m, EP_OTHER, 503);
+            http_write(&c, busy, (size_t)n);
             close(fd);
             continue;
         }

@@ -5,11 +5,13 @@
  *     (the same greedy text; include_usage), completions, a 400;
  *   - 16 clients hold 2-turn greedy conversations at once (resending the
  *     history as text): every answer equals the one the same conversation
- *     gets alone, every first answer equals `strata-cli run --chat`'s, and
- *     every follow-up reports its whole previous turn as cached tokens;
+ *     gets alone, every first answer equals `strata-cli run --chat`'s, four
+ *     whole conversations equal `strata-cli chat`'s, and every follow-up
+ *     reports its whole previous turn as cached tokens;
  *   - each bad input gets its status: 401 (no key, wrong key), 404, 405,
  *     400 (malformed HTTP, malformed JSON, a wrong type, invalid UTF-8, a
- *     prompt over the context), 413 (body over --max-body-mib);
+ *     prompt over the context), 413 (body over --max-body-mib), 503 over
+ *     --max-conns;
  *   - with one slot and no queue a second request gets 503 + Retry-After;
  *     a client that hangs up mid-answer frees the slot at once (the next
  *     request is answered; /metrics counts the disconnect);
@@ -275,6 +277,25 @@ START_TEST(serve_conversations_equal_run)
                       first->items[q]->str, ans, a->str);
         free(ans);
     }
+    /* whole conversations, as `strata-cli chat` holds them (it keeps the
+     * ids it generated and appends each new turn, as the server's index
+     * does): clients 0..3, both turns */
+    const json *next = json_get(v, "next");
+    for (size_t k = 0; k < 4; k++) {
+        const json *q1 = first->items[k % first->n], *q2 = next->items[(k + 1) % next->n];
+        char *said = NULL;
+        rc = test_runf(&said, "printf '%%s\\n%%s\\n' '%s' '%s' | '%s' chat -m '%s' --temp 0 -n 8 "
+                              "-t 2 2>/dev/null", q1->str, q2->str, cli, model);
+        ck_assert_int_eq(rc, 0);
+        const json *a1 = json_get(conc->items[k]->items[0], "answer");
+        const json *a2 = json_get(conc->items[k]->items[1], "answer");
+        char *want = malloc(a1->len + a2->len + 3);
+        sprintf(want, "%s\n%s\n", a1->str, a2->str);
+        ck_assert_msg(!strcmp(said, want), "client %zu: chat says\n%s\nserve says\n%s", k, said,
+                      want);
+        free(want);
+        free(said);
+    }
     printf("serve: 16 clients x 2 turns at once + alone in %.1f s; follow-ups cached >= %d "
            "tokens\n", dt, min_cached);
     json_free(v);
@@ -287,7 +308,7 @@ START_TEST(serve_bad_inputs)
     NEED_CLI();
     NEED_CURL();
     server sv;
-    server_start(&sv, cli, tiny_model(), "--api-key sekrit -c 64 --max-body-mib 1");
+    server_start(&sv, cli, tiny_model(), "--api-key sekrit -c 64 --max-body-mib 1 --max-conns 3");
     const char *key = "-H 'Authorization: Bearer sekrit' ";
     char *out = NULL;
     /* the key */
@@ -362,6 +383,17 @@ START_TEST(serve_bad_inputs)
                   strstr(out, "status=\"413\"}"), "%s", out);
     free(out);
     ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
+    /* --max-conns 3: three idle connections held open, the fourth gets 503 */
+    char hold[512];
+    snprintf(hold, sizeof hold, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d "
+             "5<>/dev/tcp/127.0.0.1/%d; sleep 1.5' &", sv.port, sv.port, sv.port);
+    ck_assert_int_eq(system(hold), 0);
+    usleep(500000);
+    ck_assert_int_eq(curl(&sv, &out, "-i @H/health"), 503);
+    ck_assert_msg(strstr(out, "too many connections") && strstr(out, "Retry-After: 1"), "%s", out);
+    free(out);
+    usleep(1500000);
+    ck_assert_int_eq(curl(&sv, NULL, "@H/health"), 200);
     ck_assert_int_eq(server_stop(&sv), 0);
 }
 END_TEST

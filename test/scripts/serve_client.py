@@ -100,7 +100,7 @@ def conversations(base, n, rounds, max_tokens):
         rec = []
         converse(base, k, rounds, max_tokens, rec)
         serial.append(rec)
-    print(json.dumps({"first": FIRST, "concurrent": conc, "serial": serial}))
+    print(json.dumps({"first": FIRST, "next": NEXT, "concurrent": conc, "serial": serial}))
 
 
 if __name__ == "__main__":
