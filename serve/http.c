@@ -45,7 +45,8 @@ static int fill(http_conn *c, double deadline, int stop_ok)
     }
     for (;;) {
         double left = deadline - now_s();
-        if (left <= 0 || (stop_ok && c->stop && *c->stop) || (c->abort && *c->abort))
+        if (left <= 0 || (stop_ok && c->stop && atomic_load(c->stop)) ||
+            (c->abort && atomic_load(c->abort)))
             return -1;
         int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
         struct pollfd pf = {c->fd, POLLIN, 0};

@@ -14,6 +14,7 @@
 #ifndef STRATA_SERVE_HTTP_H
 #define STRATA_SERVE_HTTP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,8 +67,8 @@ typedef struct http_conn {
     double idle_timeout;        /* s to wait for a request's first byte */
     double request_timeout;     /* s from its first byte to its whole body */
     double write_timeout;       /* s a write may wait for the client */
-    volatile int *stop;         /* when set, an idle wait ends */
-    volatile int *abort;        /* when set, any wait ends */
+    atomic_int *stop;           /* when set, an idle wait ends (or NULL) */
+    atomic_int *abort;          /* when set, any wait ends (or NULL) */
 } http_conn;
 
 enum {

@@ -553,7 +553,7 @@ static void generate(serve_call *k, gen *g)
         if (g->stop_len[i] > maxstop)
             maxstop = g->stop_len[i];
     for (unsigned n_tok = 0;;) {
-        if (s->abort_all && !cancelled) {
+        if (atomic_load(&s->abort_all) && !cancelled) {
             sched_cancel(h);
             cancelled = 1;
         }

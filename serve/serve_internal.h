@@ -21,8 +21,8 @@ struct serve {
     int listen_fd, port;
     pthread_t accept_thread;
     int accept_started;
-    volatile int stopping;      /* no new requests; idle connections close */
-    volatile int abort_all;     /* the drain is over: cancel what still runs */
+    atomic_int stopping;        /* no new requests; idle connections close */
+    atomic_int abort_all;       /* the drain is over: cancel what still runs */
     atomic_int ready;           /* the engine is attached */
     strata_engine *e;
     strata_sched *sched;

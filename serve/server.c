@@ -106,9 +106,9 @@ int serve_send_error(serve_call *k, int status, const char *type, const char *pa
 static void get_health(serve_call *k)
 {
     jbuf b = {0};
-    int ok = atomic_load(&k->s->ready) && !k->s->stopping;
+    int ok = atomic_load(&k->s->ready) && !atomic_load(&k->s->stopping);
     jbuf_printf(&b, "{\"status\":\"%s\"}",
-                ok ? "ok" : k->s->stopping ? "shutting down" : "loading");
+                ok ? "ok" : atomic_load(&k->s->stopping) ? "shutting down" : "loading");
     serve_send_json(k, ok ? 200 : 503, &b, ok ? NULL : "Retry-After: 1\r\n");
     jbuf_free(&b);
 }
@@ -235,7 +235,7 @@ static void route(serve_call *k)
     default:
         break;
     }
-    if (s->stopping) {
+    if (atomic_load(&s->stopping)) {
         serve_send_error(k, 503, "server_error", NULL, NULL, "Retry-After: 5\r\n",
                          "the server is shutting down");
         return;
@@ -322,7 +322,7 @@ static void *conn_main(void *arg)
         route(&k);
         if (k.status > 0)
             serve_count(&k, k.status); /* an answer that did not count itself */
-        int keep = req.keep_alive && !s->stopping && !k.close;
+        int keep = req.keep_alive && !atomic_load(&s->stopping) && !k.close;
         http_request_free(&req);
         if (!keep)
             break;
@@ -337,7 +337,7 @@ static void *conn_main(void *arg)
 static void *accept_main(void *arg)
 {
     serve *s = arg;
-    while (!s->stopping) {
+    while (!atomic_load(&s->stopping)) {
         struct pollfd pf = {s->listen_fd, POLLIN, 0};
         int r = poll(&pf, 1, 100);
         if (r <= 0)
@@ -474,7 +474,7 @@ void serve_shutdown(serve *s, double drain_s)
 {
     if (!s)
         return;
-    s->stopping = 1;
+    atomic_store(&s->stopping, 1);
     if (s->accept_started) {
         pthread_join(s->accept_thread, NULL);
         s->accept_started = 0;
@@ -492,8 +492,8 @@ void serve_shutdown(serve *s, double drain_s)
     while (s->n_conns > 0) {
         clock_gettime(CLOCK_REALTIME, &ts);
         double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-        if (now >= until && !s->abort_all)
-            s->abort_all = 1;
+        if (now >= until)
+            atomic_store(&s->abort_all, 1);
         double wake = now + 0.1;
         struct timespec w = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
         pthread_cond_timedwait(&s->cv, &s->mu, &w);
