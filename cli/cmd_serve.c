@@ -191,7 +191,8 @@ int cmd_serve(int argc, char **argv)
            "conversation cache %zu MiB%s)\n",
            v6 ? "[" : "", h, v6 ? "]" : "", serve_port(srv), idbuf,
            strata_backend(fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", strata_n_slots(fe.e),
-           strata_n_ctx(fe.e), o.conv_cache_mib, sp.api_key ? ", API key required" : "");
+           strata_n_ctx(fe.e), o.conv_cache_mib,
+           sp.api_key && *sp.api_key ? ", API key required" : "");
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/convindex.h"
 #include "serve/json.h"
 
 #define NEED_CLI()                                                            \
@@ -383,17 +384,25 @@ START_TEST(serve_bad_inputs)
                   strstr(out, "status=\"413\"}"), "%s", out);
     free(out);
     ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
-    /* --max-conns 3: three idle connections held open, the fourth gets 503 */
+    /* --max-conns 3: three idle connections held open (for 4 s), the fourth
+     * gets 503; once they close, 200 again */
     char hold[512];
     snprintf(hold, sizeof hold, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d "
-             "5<>/dev/tcp/127.0.0.1/%d; sleep 1.5' &", sv.port, sv.port, sv.port);
+             "5<>/dev/tcp/127.0.0.1/%d; sleep 4' &", sv.port, sv.port, sv.port);
     ck_assert_int_eq(system(hold), 0);
-    usleep(500000);
-    ck_assert_int_eq(curl(&sv, &out, "-i @H/health"), 503);
-    ck_assert_msg(strstr(out, "too many connections") && strstr(out, "Retry-After: 1"), "%s", out);
+    int st = 0;
+    out = NULL;
+    for (double t0 = now_s(); st != 503 && now_s() - t0 < 3.5; usleep(100000)) {
+        free(out);
+        st = curl(&sv, &out, "-i @H/health");
+    }
+    ck_assert_msg(st == 503 && strstr(out, "too many connections") &&
+                  strstr(out, "Retry-After: 1"), "%d: %s", st, out);
     free(out);
-    usleep(1500000);
-    ck_assert_int_eq(curl(&sv, NULL, "@H/health"), 200);
+    out = NULL;
+    for (double t0 = now_s(); st != 200 && now_s() - t0 < 10; usleep(100000))
+        st = curl(&sv, NULL, "@H/health");
+    ck_assert_int_eq(st, 200);
     ck_assert_int_eq(server_stop(&sv), 0);
 }
 END_TEST
@@ -517,12 +526,47 @@ START_TEST(serve_health_while_loading)
 }
 END_TEST
 
+/* The conversation index alone: the longest recorded text that is a
+ * prefix wins, kinds stay apart, and the budget drops the least recently
+ * used entry first. */
+START_TEST(serve_convindex_finds_longest_prefix)
+{
+    convindex *x = convindex_new(3, 1 << 20);
+    ck_assert_ptr_nonnull(x);
+    int32_t a[] = {1, 2}, b[] = {1, 2, 3, 4}, c[] = {9};
+    ck_assert_int_eq(convindex_add(x, 1, "hello", 5, a, 2), 0);
+    ck_assert_int_eq(convindex_add(x, 1, "hello world", 11, b, 4), 0);
+    ck_assert_int_eq(convindex_add(x, 0, "hello world", 11, c, 1), 0);
+    tok_ids ids = {0};
+    ck_assert_int_eq(convindex_find(x, 1, "hello world, again", 18, &ids), 11);
+    ck_assert_int_eq(ids.n, 4);
+    ck_assert_int_eq(ids.ids[3], 4);
+    ids.n = 0;
+    ck_assert_int_eq(convindex_find(x, 1, "hello there", 11, &ids), 5);
+    ck_assert_int_eq(ids.n, 2);
+    ids.n = 0;
+    ck_assert_int_eq(convindex_find(x, 0, "hello world", 11, &ids), 11); /* equal counts */
+    ck_assert_int_eq(ids.ids[0], 9);
+    ids.n = 0;
+    ck_assert_int_eq(convindex_find(x, 1, "help", 4, &ids), 0);
+    ck_assert_int_eq(ids.n, 0);
+    /* a fourth entry drops the least recently used: "hello world" of kind
+     * 1 was used before "hello" (kind 1) and "hello world" (kind 0) */
+    ck_assert_int_eq(convindex_add(x, 1, "bye", 3, c, 1), 0);
+    ck_assert_int_eq(convindex_entries(x), 3);
+    ck_assert_int_eq(convindex_find(x, 1, "hello world", 11, &ids), 5);
+    tok_ids_free(&ids);
+    convindex_free(x);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
     /* CK_RUN_CASE=serve_errors runs the quick ones (tiny model) alone */
     TCase *tc = tcase_create("serve_errors");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, serve_convindex_finds_longest_prefix);
     tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
     suite_add_tcase(s, tc);
