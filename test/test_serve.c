@@ -560,6 +560,28 @@ START_TEST(serve_convindex_finds_longest_prefix)
 }
 END_TEST
 
+/* Bad command lines: status 2 and a message naming the option, before
+ * anything is bound or loaded. */
+START_TEST(serve_refuses_bad_options)
+{
+    NEED_CLI();
+    const char *bad[][2] = {
+        {"--port 70000", "--port '70000'"},
+        {"--max-body-mib 0", "--max-body-mib '0'"},
+        {"--timeout x", "--timeout 'x'"},
+        {"--bogus", "unknown option '--bogus'"},
+        {"--port", "--port needs a value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        int rc = test_runf(&out, "'%s' serve -m /nonexistent %s 2>&1", cli, bad[i][0]);
+        ck_assert_msg(rc == 2 && strstr(out, bad[i][1]), "serve %s: exit %d: %s", bad[i][0], rc,
+                      out);
+        free(out);
+    }
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
@@ -567,6 +589,7 @@ static Suite *serve_suite(void)
     TCase *tc = tcase_create("serve_errors");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, serve_convindex_finds_longest_prefix);
+    tcase_add_test(tc, serve_refuses_bad_options);
     tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
     suite_add_tcase(s, tc);
