@@ -538,6 +538,10 @@ static void generate(serve_call *k, gen *g)
     call_out o = {k, g, id, {0}};
     if (g->stream) {
         k->status = 200;
+        /* without chunked framing (HTTP/1.0) the body ends when the
+         * connection does */
+        if (k->req->minor < 1)
+            k->close = 1;
         http_stream_begin(&o.st, k->c, k->req->minor, 200, "text/event-stream",
                           k->req->keep_alive);
         if (g->chat)

@@ -333,6 +333,14 @@ START_TEST(serve_bad_inputs)
         ck_assert_msg(rc == 0, "the page's script does not parse: %s", r);
         free(r);
     }
+    /* HTTP/1.0 asking for keep-alive gets a close-delimited stream that
+     * does end (timeout 10 s would say it did not) */
+    char *r10 = NULL;
+    int rc10 = test_runf(&r10, "curl -s -m 10 -0 -N -H 'Connection: keep-alive' %s -d '{\"prompt\":"
+                               "\"x\",\"max_tokens\":3,\"stream\":true}' "
+                               "http://127.0.0.1:%d/v1/completions", key, sv.port);
+    ck_assert_msg(rc10 == 0 && strstr(r10, "data: [DONE]"), "HTTP/1.0 stream: %d %s", rc10, r10);
+    free(r10);
     /* paths and methods */
     ck_assert_int_eq(curl(&sv, NULL, "%s @H/v2/nothing", key), 404);
     ck_assert_int_eq(curl(&sv, NULL, "%s @H/v1/chat/completions", key), 405);
