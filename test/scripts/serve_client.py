@@ -25,7 +25,7 @@ NEXT = ["Tell me more.", "Why?", "And then?"]
 
 
 def client(base):
-    return openai.OpenAI(base_url=base, api_key="test-key", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=base, api_key="test-key", max_retries=0, timeout=600)
 
 
 def api(base):
