@@ -17,7 +17,8 @@
  *     request is answered; /metrics counts the disconnect);
  *   - SIGTERM lets the answer in flight finish, then the server exits 0;
  *   - while the model loads, /health and the API say 503;
- *   - GET / serves the chat page, without a key.
+ *   - GET / serves the chat page, without a key;
+ *   - an answer ends before its first stop string, whole and streamed.
  * The demo model is needed where answers are compared or must be slow;
  * the tiny generated llama serves the error cases. */
 #include "testutil.h"
@@ -579,6 +580,110 @@ START_TEST(serve_convindex_finds_longest_prefix)
 }
 END_TEST
 
+/* The text of a completion answer: whole, or the streamed chunks joined
+ * (*finish: the finish_reason seen).  malloc'd; *len its length. */
+static char *answer_text(const char *out, int stream, size_t *len, char *finish, size_t fcap,
+                         size_t *bounds, int *n_bounds)
+{
+    int nb = 0;
+    jbuf t = {0};
+    jbuf_raw(&t, "", 0);
+    finish[0] = 0;
+    const char *p = out;
+    for (;;) {
+        const char *obj = p;
+        size_t n = strlen(p);
+        if (stream) {
+            obj = strstr(p, "data: {");
+            if (!obj)
+                break;
+            obj += 6;
+            const char *e = strstr(obj, "\n\n");
+            n = e ? (size_t)(e - obj) : strlen(obj);
+            p = obj + n;
+        }
+        json *v = NULL;
+        ck_assert_msg(json_parse(obj, n, &v, NULL) == 0, "not JSON: %.*s", (int)n, obj);
+        const json *ch = json_get(v, "choices");
+        ck_assert_msg(ch && ch->type == JSON_ARRAY, "no choices: %.*s", (int)n, obj);
+        if (ch->n) {
+            const json *x = json_get(ch->items[0], "text"), *f = json_get(ch->items[0],
+                                                                         "finish_reason");
+            jbuf_raw(&t, x->str, x->len);
+            if (bounds && x->len && nb < 64)
+                bounds[nb++] = t.len; /* where this chunk ends */
+            if (f && f->type == JSON_STRING)
+                snprintf(finish, fcap, "%s", f->str);
+        }
+        json_free(v);
+        if (!stream)
+            break;
+    }
+    *len = t.len;
+    if (n_bounds)
+        *n_bounds = nb;
+    return t.p;
+}
+
+/* Stop strings: the answer ends before the first one (whole and streamed:
+ * the stream never sends text that turns out to begin a stop string), with
+ * finish_reason "stop".  Greedy on the tiny llama: the same tokens each
+ * time, so the stop string is taken from the answer without one. */
+START_TEST(serve_stop_strings)
+{
+    NEED_CLI();
+    NEED_CURL();
+    server sv;
+    server_start(&sv, cli, tiny_model(), "--quiet");
+    char *out = NULL, fin[32];
+    ck_assert_int_eq(curl(&sv, &out, "-N -d '{\"prompt\":\"hello\",\"max_tokens\":24,"
+                                     "\"temperature\":0,\"stream\":true}' @H/v1/completions"),
+                     200);
+    size_t tl, bounds[64];
+    int nb = 0;
+    char *t = answer_text(out, 1, &tl, fin, sizeof fin, bounds, &nb);
+    free(out);
+    ck_assert_str_eq(fin, "length");
+    /* a stop string across two chunks (two tokens) from the middle: the
+     * last character of one and the first of the next, so the stream must
+     * hold the first back until it knows */
+    ck_assert_msg(nb >= 4, "only %d chunks", nb);
+    size_t mid = bounds[nb / 2 - 1], a = mid, b = mid;
+    do
+        a--;
+    while (a > 0 && ((unsigned char)t[a] & 0xC0) == 0x80);
+    for (b++; b < tl && ((unsigned char)t[b] & 0xC0) == 0x80; b++)
+        ;
+    const char *first = memmem(t, tl, t + a, b - a);
+    size_t want = (size_t)(first - t);
+    char body[600];
+    snprintf(body, sizeof body, "%s/stop.json", sv.dir);
+    for (int stream = 0; stream < 2; stream++) {
+        jbuf req = {0};
+        jbuf_printf(&req, "{\"prompt\":\"hello\",\"max_tokens\":24,\"temperature\":0,"
+                          "\"stream\":%s,\"stop\":[\"zzzz\",", stream ? "true" : "false");
+        jbuf_str(&req, t + a, b - a);
+        jbuf_puts(&req, "]}");
+        FILE *f = fopen(body, "wb");
+        ck_assert_ptr_nonnull(f);
+        fwrite(req.p, 1, req.len, f);
+        fclose(f);
+        jbuf_free(&req);
+        ck_assert_int_eq(curl(&sv, &out, "-N --data-binary @'%s' @H/v1/completions", body), 200);
+        size_t sl;
+        char *st = answer_text(out, stream, &sl, fin, sizeof fin, NULL, NULL);
+        ck_assert_msg(sl == want && !memcmp(st, t, want) && !strcmp(fin, "stop"),
+                      "stream %d: %zu bytes, finish %s; want %zu bytes before the stop string",
+                      stream, sl, fin, want);
+        free(st);
+        free(out);
+    }
+    remove(body);
+    free(t);
+    ck_assert_int_eq(server_stop(&sv), 0);
+}
+END_TEST
+
 /* Bad command lines: status 2 and a message naming the option, before
  * anything is bound or loaded. */
 START_TEST(serve_refuses_bad_options)
@@ -609,6 +714,7 @@ static Suite *serve_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, serve_convindex_finds_longest_prefix);
     tcase_add_test(tc, serve_refuses_bad_options);
+    tcase_add_test(tc, serve_stop_strings);
     tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
     suite_add_tcase(s, tc);
