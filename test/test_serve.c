@@ -494,42 +494,94 @@ START_TEST(serve_queue_disconnect_drain)
 }
 END_TEST
 
-/* The socket is open while the model loads: /health says 503.  The
- * model here is a FIFO, so loading waits until the test writes to it; it
- * then gets a few bytes that are no GGUF, and the server exits 1. */
-START_TEST(serve_health_while_loading)
+/* Start serve without waiting for it to be ready (env: assignments for
+ * the shell, or ""); returns its pid, fills the announced port. */
+static pid_t spawn_loading(const char *cli, const char *env, const char *model, const char *out,
+                           const char *log, int *port)
 {
-    NEED_CLI();
-    NEED_CURL();
-    char fifo[600], log[600], cmd[2048];
-    const char *dir = test_tmpdir();
-    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
-    snprintf(log, sizeof log, "%s/loading.log", dir);
-    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --port 0 >/dev/null 2>'%s'", cli, fifo,
-             log);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s exec '%s' serve -m '%s' --port 0 -t 1 >'%s' 2>'%s'", env, cli,
+             model, out, log);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    int port = 0;
-    for (double t0 = now_s(); !port && now_s() - t0 < 20; usleep(20000)) {
+    *port = 0;
+    for (double t0 = now_s(); !*port && now_s() - t0 < 20; usleep(20000)) {
         char *l = slurp(log);
         const char *p = l ? strstr(l, "http://127.0.0.1:") : NULL;
         if (p)
-            port = atoi(p + strlen("http://127.0.0.1:"));
+            *port = atoi(p + strlen("http://127.0.0.1:"));
         free(l);
     }
-    ck_assert_msg(port > 0, "no port announced while loading");
-    server sv = {.pid = pid, .port = port};
+    ck_assert_msg(*port > 0, "no port announced while loading");
+    return pid;
+}
+
+static void check_loading(const server *sv)
+{
     char *out = NULL;
-    ck_assert_int_eq(curl(&sv, &out, "@H/health"), 503);
+    ck_assert_int_eq(curl(sv, &out, "@H/health"), 503);
     ck_assert_str_eq(out, "{\"status\":\"loading\"}");
     free(out);
-    ck_assert_int_eq(curl(&sv, &out, CHAT "@H/v1/chat/completions"), 503);
+    ck_assert_int_eq(curl(sv, &out, CHAT "@H/v1/chat/completions"), 503);
     ck_assert_msg(strstr(out, "still loading"), "%s", out);
     free(out);
+}
+
+/* The socket is open while the model loads: /health and the API say 503,
+ * and /health says 200 once it is ready.  The load is held by strata-cli's
+ * test hook (STRATA_TEST_PAUSE_IN_LOAD: a file it creates and waits on
+ * until it is removed) where the binary has it; without the hook, by a
+ * FIFO given as the model (the open waits for a writer; then a few bytes
+ * that are no GGUF end it with exit 1). */
+START_TEST(serve_health_while_loading)
+{
+    NEED_CLI();
+    NEED_CURL();
+    char pause[400], fifo[400], out[400], log[400], env[500];
+    const char *dir = test_tmpdir();
+    snprintf(pause, sizeof pause, "%s/pause", dir);
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    snprintf(out, sizeof out, "%s/loading.out", dir);
+    snprintf(log, sizeof log, "%s/loading.log", dir);
+    snprintf(env, sizeof env, "STRATA_TEST_PAUSE_IN_LOAD='%s'", pause);
+    int port;
+    pid_t pid = spawn_loading(cli, env, tiny_model(), out, log, &port);
+    server sv = {.pid = pid, .port = port};
+    snprintf(sv.dir, sizeof sv.dir, "%s", dir);
+    snprintf(sv.out, sizeof sv.out, "%s", out);
+    snprintf(sv.log, sizeof sv.log, "%s", log);
+    int held = 0, ready = 0;
+    for (double t0 = now_s(); !held && !ready && now_s() - t0 < 10; usleep(20000)) {
+        held = access(pause, F_OK) == 0;
+        char *o = slurp(out);
+        ready = o && strstr(o, "listening on") != NULL;
+        free(o);
+    }
+    if (held) {
+        check_loading(&sv);
+        remove(pause); /* the load goes on */
+        int st = 0;
+        for (double t0 = now_s(); st != 200 && now_s() - t0 < 20; usleep(20000))
+            st = curl(&sv, NULL, "@H/health");
+        ck_assert_int_eq(st, 200);
+        ck_assert_int_eq(server_stop(&sv), 0);
+        return;
+    }
+    ck_assert_msg(ready, "serve neither paused nor got ready");
+    ck_assert_int_eq(server_stop(&sv), 0);
+    /* no hook in this binary: the FIFO */
+    dir = test_tmpdir();
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    snprintf(out, sizeof out, "%s/loading.out", dir);
+    snprintf(log, sizeof log, "%s/loading.log", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    pid = spawn_loading(cli, "", fifo, out, log, &port);
+    sv.pid = pid;
+    sv.port = port;
+    check_loading(&sv);
     /* the loader may give up and close its end before this write: no
      * SIGPIPE for that (the test runs in its own process) */
     signal(SIGPIPE, SIG_IGN);
@@ -541,6 +593,7 @@ START_TEST(serve_health_while_loading)
     waitpid(pid, &st, 0);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
     remove(fifo);
+    remove(out);
     remove(log);
     rmdir(dir);
 }
