@@ -146,6 +146,12 @@ int cmd_serve(int argc, char **argv)
     }
     if (cli_opts_check(&o, "serve") || cli_opts_default_model(&o, "serve"))
         return 2;
+    if (o.system) {
+        /* an option taken and ignored would mislead */
+        fprintf(stderr, "strata-cli serve: -sys is not used by the server: clients send their "
+                        "system message\n");
+        return 2;
+    }
     if (!idbuf[0])
         model_id_of(o.ep.model_path, idbuf, sizeof idbuf);
     sp.model_id = idbuf;

@@ -748,6 +748,7 @@ START_TEST(serve_refuses_bad_options)
         {"--timeout x", "--timeout 'x'"},
         {"--bogus", "unknown option '--bogus'"},
         {"--port", "--port needs a value"},
+        {"-sys hello", "-sys is not used"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
