@@ -3,12 +3,13 @@
  * A request, checked field by field (request.c), has its prompt made into
  * ids (chat: the messages through the model's chat format; both: the ids
  * of a past conversation its text begins with, from the conversation
- * index, and the rest encoded), and is submitted to the scheduler in queue mode: this connection's thread reads
- * the tokens with sched_next, decodes them (never half a character), cuts
- * at a stop string (holding back text that may be the start of one), and
- * writes them out, whole or as Server-Sent Events.  Between tokens it
- * checks the client is still there: one that hangs up cancels its
- * request, which frees its slot at the scheduler's next step. */
+ * index, and the rest encoded), and is submitted to the scheduler in queue
+ * mode: this connection's thread reads the tokens with sched_next, decodes
+ * them (never half a character), cuts at a stop string (holding back text
+ * that may be the start of one), and writes them out, whole or as
+ * Server-Sent Events.  Between tokens it checks the client is still
+ * there: one that hangs up cancels its request, which frees its slot at
+ * the scheduler's next step. */
 #include "serve/request.h"
 
 #include <stdio.h>
