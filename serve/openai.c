@@ -151,8 +151,8 @@ static int prompt_ids(serve *s, gen *g, tok_ids *ids, perr *e)
     if ((int)ids->n >= s->n_ctx) {
         e->code = "context_length_exceeded";
         return perr_set(e, g->chat ? "messages" : "prompt",
-                   "the prompt is %zu tokens; the context holds %d (and one more is needed "
-                   "to answer)", ids->n, s->n_ctx);
+                        "the prompt is %zu tokens; the context holds %d (and one more is needed "
+                        "to answer)", ids->n, s->n_ctx);
     }
     return 0;
 }

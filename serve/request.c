@@ -64,7 +64,7 @@ static int opt_int(const json *root, const char *key, int64_t lo, int64_t hi, in
         return perr_set(e, key, "'%s' must be an integer, not %s", key, json_type_name(v->type));
     if (!json_int(v, lo, hi, out))
         return perr_set(e, key, "'%s' must be an integer in [%lld, %lld]", key, (long long)lo,
-                   (long long)hi);
+                        (long long)hi);
     *set = 1;
     return 0;
 }
@@ -151,7 +151,7 @@ static int parse_common(serve *s, const json *root, gen *g, perr *e)
         const json *t = json_get(v, "type");
         if (!t || t->type != JSON_STRING || strcmp(t->str, "text"))
             return perr_set(e, "response_format", "only response_format {\"type\": \"text\"} is "
-                                             "supported");
+                            "supported");
     }
     int echo = 0;
     if (opt_bool(root, "echo", &echo, e))
@@ -191,7 +191,7 @@ static int parse_common(serve *s, const json *root, gen *g, perr *e)
             return perr_set(e, "stream_options", "'stream_options' must be an object");
         if (opt_bool(v, "include_usage", &g->include_usage, e))
             return perr_set(e, "stream_options.include_usage",
-                       "'stream_options.include_usage' must be a boolean");
+                            "'stream_options.include_usage' must be a boolean");
     }
     return 0;
 }
@@ -222,7 +222,7 @@ static int content_text(const json *c, size_t i, char **out, perr *e)
             x->type != JSON_STRING) {
             jbuf_free(&b);
             return perr_set(e, name, "'%s' parts must be {\"type\": \"text\", \"text\": ...} "
-                                "(only text is supported)", name);
+                            "(only text is supported)", name);
         }
         if (no_nul(x, name, e)) {
             jbuf_free(&b);
@@ -248,8 +248,8 @@ static int parse_chat(serve *s, const json *root, gen *g, perr *e)
     if (!s->have_fmt) {
         e->code = "unsupported";
         return perr_set(e, "messages", "this model has no chat format strata knows (%s); use "
-                                  "/v1/completions, or start the server with --chat-template",
-                   s->fmt_err);
+                        "/v1/completions, or start the server with --chat-template",
+                        s->fmt_err);
     }
     chat_msg *msgs = calloc(m->n, sizeof *msgs);
     char **texts = calloc(m->n, sizeof *texts);
@@ -274,8 +274,8 @@ static int parse_chat(serve *s, const json *root, gen *g, perr *e)
                  !strcmp(role->str, "assistant"))
             msgs[i].role = role->str;
         else {
-            rc = perr_set(e, name, "'%s' is '%.32s'; system, user and assistant are supported", name,
-                     role->str);
+            rc = perr_set(e, name, "'%s' is '%.32s'; system, user and assistant are supported",
+                          name, role->str);
             break;
         }
         const json *content = json_get(it, "content");

@@ -86,8 +86,9 @@ static void server_start(server *sv, const char *cli, const char *model, const c
     snprintf(sv->out, sizeof sv->out, "%s/serve-%d-%d.out", dir, (int)getpid(), n);
     snprintf(sv->log, sizeof sv->log, "%s/serve-%d-%d.log", dir, (int)getpid(), n++);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 2 %s >'%s' 2>'%s'",
-             cli, model, args, sv->out, sv->log);
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 2 %s >'%s' 2>'%s'", cli, model,
+             args, sv->out, sv->log);
     sv->pid = fork();
     ck_assert_int_ge(sv->pid, 0);
     if (sv->pid == 0) {
