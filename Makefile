@@ -5,7 +5,7 @@
 #   make layers        check that every #include between folders points down
 #   make asan          the tests under AddressSanitizer + UBSan (CPU build)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
-#   make fuzz          run the GGUF reader fuzz target for FUZZ_SECONDS (default 60)
+#   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP), FUZZ_SECONDS each (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
 #   make chat          build, fetch the demo model, start strata-cli chat
 #   make bench         the standard benchmarks
@@ -50,7 +50,7 @@ ifeq ($(SAN),thread)
 endif
 
 # The floors, lowest first: each includes only the folders listed before it.
-LIB_DIRS := base model model/make text kernels/cpu cache stagepool engine engine/cuda park sched
+LIB_DIRS := base model model/make text kernels/cpu cache stagepool engine engine/cuda park sched serve
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 CU_SRC  :=
 ifeq ($(CUDA),1)
@@ -131,14 +131,26 @@ tsan:
 	CK_FORK=no CK_RUN_SUITE=$(or $(TSAN_SUITE),stagepool) $(MAKE) BUILD=build/tsan CUDA=0 SAN=thread OPT=-O1 test
 
 FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
 FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c model/iq_grids.c $(wildcard model/quant.c model/quant_*.c model/quantize_*.c)
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
-	clang -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o $@ $^
-fuzz: $(BUILD)/fuzz_gguf
-	@mkdir -p $(BUILD)/fuzz-corpus
+	clang $(FUZZ_FLAGS) -o $@ $^
+$(BUILD)/fuzz_json: test/fuzz/fuzz_json.c serve/json.c base/error.c
+	@mkdir -p $(@D)
+	clang $(FUZZ_FLAGS) -o $@ $^ -lm
+$(BUILD)/fuzz_http: test/fuzz/fuzz_http.c serve/http_parse.c base/error.c
+	@mkdir -p $(@D)
+	clang $(FUZZ_FLAGS) -o $@ $^
+# Each target runs for FUZZ_SECONDS (CI: 30 s each), from its own corpus.
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_json $(BUILD)/fuzz_http
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-json $(BUILD)/fuzz-corpus-http
 	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    $(BUILD)/fuzz-corpus test/fuzz/corpus
+	$(BUILD)/fuzz_json -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    $(BUILD)/fuzz-corpus-json test/fuzz/corpus_json
+	$(BUILD)/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+	    $(BUILD)/fuzz-corpus-http test/fuzz/corpus_http
 
 model:
 	@scripts/fetch-model.sh

@@ -14,6 +14,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"chat", cmd_chat, "interactive multi-turn chat (default: the demo model)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, metrics)"},
     {"run", cmd_run, "generate from a prompt, stream to stdout"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"bench", cmd_bench, "benchmarks: kernels, prompt/decode rates, clients"},

@@ -3,7 +3,8 @@
 #
 # The floors, lowest first.  A file may include headers of its own folder and
 # of any folder on a lower floor; anything else is an arrow pointing up and
-# fails the check.  cli/bench sits beside cli: white-box benchmarks, the one
+# fails the check.  serve/ sits under cli/, whose `serve` command starts it.
+# cli/bench sits beside cli: white-box benchmarks, the one
 # place outside a folder allowed to read that folder's private header.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ FLOORS=(
     engine/cuda     # the CUDA host backend
     park            # capture / restore / shuttle of conversations
     sched           # batch slots and the scheduler
+    serve           # the HTTP server: JSON, HTTP/1.1, the OpenAI endpoints
     cli             # strata-cli and its benchmarks
 )
 floor_of() {            # floor index of a path's folder (longest match wins)
