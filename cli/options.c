@@ -121,14 +121,13 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
             return -1;
         }
     } else if (IS("--kv")) {
-        if (!strcmp(v, "k8v4"))
-            o->ep.kv_type = KV_K8V4;
-        else if (!strcmp(v, "f16"))
-            o->ep.kv_type = KV_F16;
-        else {
-            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4 or f16\n", cmd, v);
+        int t = strata_kv_parse(v);
+        if (t < 0) {
+            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r, k8v4, f16 or default\n",
+                    cmd, v);
             return -1;
         }
+        o->ep.kv_type = t;
     } else if (IS("--batch") || IS("--slots") || IS("-np"))
         return to_int(cmd, a, v, 1, &o->ep.n_slots);
     else if (IS("--batch-groups"))
@@ -193,7 +192,8 @@ void cli_opts_help(FILE *f)
             "  -n, --n-predict N       tokens to generate at most (default -1: until a stop\n"
             "                          token or the context is full)\n"
             "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-            "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0)\n"
+            "  --kv k8v4r|k8v4|f16     KV cache format (default k8v4r: K Q8_0, V Q4_0 after a\n"
+            "                          Hadamard rotation per head; k8v4 without it)\n"
             "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"
             "  --batch N, --slots N    conversations decoding together (default 1)\n"
             "  --batch-groups G        with --layer-split: a decode step's slots flow through\n"

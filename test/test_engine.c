@@ -134,13 +134,13 @@ static void check_against_ref(int kv, const char *refkv, double tol)
 
 START_TEST(logits_match_f64_reference_with_f16_kv)
 {
-    check_against_ref(KV_F16, "f64", 3e-3);
+    check_against_ref(STRATA_KV_F16, "f64", 3e-3);
 }
 END_TEST
 
 START_TEST(logits_match_reference_with_k8v4_kv)
 {
-    check_against_ref(KV_K8V4, "k8v4", 2e-2);
+    check_against_ref(STRATA_KV_K8V4, "k8v4", 2e-2);
 }
 END_TEST
 
@@ -156,7 +156,7 @@ START_TEST(greedy_matches_reference)
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/ref_forward.py '%s' --tokens 504,3575,282,4649,314 "
              "--kv k8v4 --last --greedy 16 | grep '^greedy:'", test_root(), model);
     ck_assert_int_eq(test_run(cmd, &out), 0);
-    strata_engine *e = open_engine(model, KV_K8V4, 256, NULL, 1);
+    strata_engine *e = open_engine(model, STRATA_KV_K8V4, 256, NULL, 1);
     strata_error err = {0};
     strata_seq *s = strata_seq_new(e, &err);
     int V = strata_n_vocab(e);
@@ -185,7 +185,7 @@ START_TEST(split_and_chunk_do_not_change_a_bit)
     if (!model)
         TEST_SKIP("demo model not present (make model)");
     int n = (int)(sizeof prompt_b / sizeof prompt_b[0]);
-    strata_engine *e = open_engine(model, KV_K8V4, 256, NULL, 1);
+    strata_engine *e = open_engine(model, STRATA_KV_K8V4, 256, NULL, 1);
     int V = strata_n_vocab(e);
     float *base = engine_logits(e, prompt_b, n);
     strata_close(e);
@@ -193,7 +193,7 @@ START_TEST(split_and_chunk_do_not_change_a_bit)
         {"15", 256}, {"10,20", 3}, {"5,15,25", 1}, {"auto", 4}, {NULL, 2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        e = open_engine(model, KV_K8V4, cases[c].chunk, cases[c].split, 1);
+        e = open_engine(model, STRATA_KV_K8V4, cases[c].chunk, cases[c].split, 1);
         float *lg = engine_logits(e, prompt_b, n);
         ck_assert_msg(!memcmp(lg, base, sizeof(float) * (size_t)n * V),
                       "split %s chunk %d changed the logits", cases[c].split ? cases[c].split : "none",
@@ -211,7 +211,7 @@ START_TEST(batch_rows_equal_solo_rows)
     const char *model = test_demo_model();
     if (!model)
         TEST_SKIP("demo model not present (make model)");
-    strata_engine *e = open_engine(model, KV_K8V4, 256, "12", 3);
+    strata_engine *e = open_engine(model, STRATA_KV_K8V4, 256, "12", 3);
     int V = strata_n_vocab(e);
     strata_error err = {0};
     const int32_t *prompts[3] = {prompt_a, prompt_b, prompt_b + 2};
@@ -265,8 +265,8 @@ static void arch_against_ref(const char *name, const char *args)
     uint64_t seed = 99;
     for (int i = 0; i < 12; i++)
         toks[i] = (int32_t)(test_rand_u64(&seed) % 512);
-    compare_with_ref(path, toks, 12, KV_F16, "f64", 3e-3);
-    compare_with_ref(path, toks, 12, KV_K8V4, "k8v4", 2e-2);
+    compare_with_ref(path, toks, 12, STRATA_KV_F16, "f64", 3e-3);
+    compare_with_ref(path, toks, 12, STRATA_KV_K8V4, "k8v4", 2e-2);
 }
 
 START_TEST(qwen2_matches_reference)

@@ -154,6 +154,7 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
     const int32_t *seq_pos = cs->d_in + 2 * ce->max_rows, *pages = cs->d_in + 3 * ce->max_rows;
     rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, cs->rope_freqs};
     float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const int rot = engine_kv_rotated(e->p.kv_type); /* k8v4r: rotate q|k|v, unrotate att */
     if (st->index == 0)
         rc = cuda_embed(cs->tok_embd.type, cs->tok_embd.d, cs->tok_embd.rows, D, tokens, n, cs->x,
                         cs->compute, err);
@@ -196,11 +197,13 @@ static int stage_kernels(strata_engine *e, const stage *st, cuda_stage *cs, cons
         }
         rc = rc ? rc : cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim,
                                     tok_pos, &rp, cs->compute, err);
+        rc = rc || !rot ? rc : cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim, cs->compute, err); /* k8v4r */
         rc = rc ? rc : cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v,
                                      vs, cs->compute, err);
         rc = rc ? rc : cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, e->n_ctx,
                                       q, qs, hp->n_head, scale, cs->att, dq, cs->att_scratch,
                                       cs->att_scratch_bytes, cs->compute, err);
+        rc = rc || !rot ? rc : cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute, err); /* k8v4r */
         rc = rc ? rc : dtrace(cs, c, "q_rope", il, q, dq, err);
         rc = rc ? rc : dtrace(cs, c, "att", il, cs->att, dq, err);
         rc = rc ? rc : matmul(cs, &d->wo, cs->att, n, cs->xb, err);
