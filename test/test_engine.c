@@ -144,6 +144,15 @@ START_TEST(logits_match_reference_with_k8v4_kv)
 }
 END_TEST
 
+/* The rotated cache against the reference's k8v4r (rotate in float64,
+ * quantize in float32, rotate back): the same tolerance as k8v4, for the
+ * same reason (a value at a rounding boundary may take the other code). */
+START_TEST(logits_match_reference_with_k8v4r_kv)
+{
+    check_against_ref(STRATA_KV_K8V4R, "k8v4r", 2e-2);
+}
+END_TEST
+
 /* Greedy continuation token by token against the reference. */
 START_TEST(greedy_matches_reference)
 {
@@ -376,6 +385,7 @@ static Suite *engine_suite(void)
     TCase *tc = tcase_create("cpu");
     tcase_add_test(tc, logits_match_f64_reference_with_f16_kv);
     tcase_add_test(tc, logits_match_reference_with_k8v4_kv);
+    tcase_add_test(tc, logits_match_reference_with_k8v4r_kv);
     tcase_add_test(tc, greedy_matches_reference);
     tcase_add_test(tc, split_and_chunk_do_not_change_a_bit);
     tcase_add_test(tc, batch_rows_equal_solo_rows);

@@ -18,6 +18,8 @@ MoE is softmax over all experts -> top-k -> renormalise (4.5).
 
 KV cache (--kv):
   f64   keys and values kept exactly.
+  f16   keys and values rounded to float32, then to float16 (as strata's
+        f16 cache stores them).
   k8v4  what strata's cache stores: each 32-element block of each per-token,
         per-kv-head K vector goes through Q8_0 and V through Q4_0 with ggml's
         recipes in float32 (FORMATS.md 3.1, 3.2, 3.5) and is decoded again
@@ -31,7 +33,7 @@ KV cache (--kv):
         (doc/engine.md, "The KV cache").
 
 Usage:
-  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|k8v4|k8v4r] [--last]
+  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|f16|k8v4|k8v4r] [--last]
                  [--logits-out F.npy] [--print-top K] [--greedy N] [--stats]
 
   --logits-out  float64 array [positions, n_vocab]: one row per position fed
@@ -230,6 +232,9 @@ class KVCache:
             # rotate each head vector (x -> R x), quantize as k8v4, rotate back
             k = ref_quants.kv_q8_0_roundtrip((k @ self.R.T).astype(np.float32)) @ self.R
             v = ref_quants.kv_q4_0_roundtrip((v @ self.R.T).astype(np.float32)) @ self.R
+        elif self.mode == "f16":
+            k = k.astype(np.float32).astype(np.float16).astype(np.float64)
+            v = v.astype(np.float32).astype(np.float16).astype(np.float64)
         elif self.mode == "k8v4":
             # Blocks of 32 run along head_dim inside one head (3.5); the engine
             # works in float32, so the values are rounded to float32 first.
@@ -289,7 +294,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="float64 reference forward pass (see module doc)")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
-    ap.add_argument("--kv", choices=("f64", "k8v4", "k8v4r"), default="f64")
+    ap.add_argument("--kv", choices=("f64", "f16", "k8v4", "k8v4r"), default="f64")
     ap.add_argument("--logits-out")
     ap.add_argument("--print-top", type=int, default=0)
     ap.add_argument("--last", action="store_true", help="only the last position")
