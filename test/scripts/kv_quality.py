@@ -14,8 +14,14 @@ For each prompt of a fixed set (chat-formatted, 40-110 tokens each):
      step where its token differs from the reference's ("diverges at").
 Prints one line per prompt and format, then per-format summaries.
 
+With --text FILE --window N instead: the first N tokens of FILE read once
+per format (teacher forcing), KL(p_f64 || p_format) at every position
+(mean, 99th percentile, max) and the mean negative log-likelihood of the
+window's second half (what `strata-cli perplexity` scores).
+
 Usage: kv_quality.py MODEL [--n 32] [--formats f16,k8v4,k8v4r]
                      [--greedy-formats k8v4,k8v4r] [--prompts 0,1,..]
+       kv_quality.py MODEL --text FILE --window 256 [--formats ...]
 Slow (numpy float64, one forward per greedy step): about 40 minutes for the
 whole set on 2 busy cores.
 """
@@ -74,6 +80,22 @@ def greedy(m, mode, ids, n):
     return out
 
 
+def text_window(m, tok, path, n, formats):
+    with open(path, encoding="utf-8") as f:
+        ids = tok.encode(f.read(), add_special_tokens=False).ids[:n]
+    half = range(len(ids) // 2, len(ids) - 1)
+    ref = log_softmax(rf.forward(m, rf.KVCache(m, "f64"), ids, 0))
+    print("%s, first %d tokens: f64 nll(second half) %.5f" %
+          (path, len(ids), -np.mean([ref[i, ids[i + 1]] for i in half])))
+    for f in formats:
+        lf = log_softmax(rf.forward(m, rf.KVCache(m, f), ids, 0))
+        kl = (np.exp(ref) * (ref - lf)).sum(axis=-1)
+        print("  %-6s KL mean %.5f p99 %.5f max %.5f  nll(second half) %.5f" %
+              (f, kl.mean(), np.percentile(kl, 99), kl.max(),
+               -np.mean([lf[i, ids[i + 1]] for i in half])), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -83,10 +105,14 @@ def main():
                     help="formats that also continue greedily (f16 follows f64 token for "
                          "token: test/test_engine.c)")
     ap.add_argument("--prompts", default=",".join(str(i) for i in range(len(PROMPTS))))
+    ap.add_argument("--text")
+    ap.add_argument("--window", type=int, default=256)
     a = ap.parse_args()
     m = rf.Model(a.model)
     tok = tok_check.hf_tokenizer(a.model)
     formats = a.formats.split(",")
+    if a.text:
+        return text_window(m, tok, a.text, a.window, formats)
     summary = {f: {"kl": [], "klmax": [], "rel": [], "div": []} for f in formats}
     for pi in [int(x) for x in a.prompts.split(",")]:
         ids = chat_ids(tok, PROMPTS[pi])
