@@ -19,7 +19,9 @@ strata_params strata_params_default(void)
     return p;
 }
 
-static const char *const kv_names[] = {"default", "k8v4", "f16", "k8v4r"};
+static const char *const kv_names[] = {"k8v4", "f16", "k8v4r", "default"};
+_Static_assert((int)STRATA_KV_K8V4 == (int)KV_K8V4 && (int)STRATA_KV_F16 == (int)KV_F16,
+               "the public KV types keep the kernels' values for k8v4 and f16");
 
 const char *strata_kv_name(int kv_type)
 {

@@ -31,13 +31,14 @@ enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BA
  *          needs head_dim a power of two (32..512)
  *   K8V4   the same blocks without the rotation
  *   F16    K and V in fp16 (3.6x the bytes of k8v4)
- * DEFAULT resolves at strata_open: K8V4R where the head dim allows it, else
- * K8V4; strata_kv_type() says what was chosen. */
+ * DEFAULT (what strata_params_default sets) resolves at strata_open: K8V4R
+ * where the head dim allows it, else K8V4; strata_kv_type() says what was
+ * chosen. */
 enum strata_kv_type {
-    STRATA_KV_DEFAULT = 0,
-    STRATA_KV_K8V4 = 1,
-    STRATA_KV_F16 = 2,
-    STRATA_KV_K8V4R = 3,
+    STRATA_KV_K8V4 = 0,   /* the values of the kernels' KV_K8V4 and KV_F16 (code */
+    STRATA_KV_F16 = 1,    /* that set those here before this enum existed keeps its meaning) */
+    STRATA_KV_K8V4R = 2,
+    STRATA_KV_DEFAULT = 3,
 };
 /* "k8v4r", "k8v4", "f16" ("default" for DEFAULT; NULL for no type). */
 const char *strata_kv_name(int kv_type);

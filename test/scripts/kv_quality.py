@@ -1,32 +1,37 @@
 #!/usr/bin/env python3
 """kv_quality.py: what a KV cache format costs, measured against float64.
 
-For each prompt of a fixed set (chat-formatted, 40-110 tokens each):
-  1. the float64 reference (ref_forward.py, --kv f64) reads the prompt and
-     continues it greedily for N tokens: the reference continuation;
-  2. for each cache format (f16, k8v4, k8v4r as ref_forward.py simulates
-     them; strata matches these simulations within the tolerances of
-     test/test_engine.c) the same model reads prompt + reference
-     continuation (teacher forcing) and we take, at each of the N
-     continuation positions, the KL divergence KL(p_f64 || p_format) of the
-     next-token distributions and the relative logit error;
-  3. each format also continues the prompt greedily on its own: the first
-     step where its token differs from the reference's ("diverges at").
-Prints one line per prompt and format, then per-format summaries.
+For each prompt of a fixed set (chat turns of 60-90 tokens with the template's
+system turn; written for SmolLM2's ChatML):
+  1. strata (`strata-cli run --chat --temp 0 -n N --kv KV`, CPU backend)
+     continues it greedily with each cache format; the f16 cache's
+     continuation is the reference (strata with f16 follows the float64
+     reference token for token: test/test_engine.c), and a format
+     "diverges at" the first token where its continuation differs (the
+     texts are compared as token ids, re-tokenized);
+  2. the float64 reference (ref_forward.py) reads prompt + reference
+     continuation once exactly and once with each format as ref_forward.py
+     simulates it (strata matches these simulations within the tolerances
+     of test/test_engine.c); at each of the N continuation positions we take
+     the KL divergence KL(p_f64 || p_format) of the next-token distributions
+     and the relative logit error.
+Prints one line per prompt and format, then per-format summaries.  Numpy
+float64 reads about 1 GB of weights per forward, so greedy decoding is done
+by strata, not here.
 
 With --text FILE --window N instead: the first N tokens of FILE read once
 per format (teacher forcing), KL(p_f64 || p_format) at every position
 (mean, 99th percentile, max) and the mean negative log-likelihood of the
 window's second half (what `strata-cli perplexity` scores).
 
-Usage: kv_quality.py MODEL [--n 32] [--formats f16,k8v4,k8v4r]
-                     [--greedy-formats k8v4,k8v4r] [--prompts 0,1,..]
+Usage: kv_quality.py MODEL --cli build/strata-cli [--n 32]
+                     [--formats f16,k8v4,k8v4r] [--prompts 0,1,..]
        kv_quality.py MODEL --text FILE --window 256 [--formats ...]
-Slow (numpy float64, one forward per greedy step): about 40 minutes for the
-whole set on 2 busy cores.
+
 """
 import argparse
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -58,7 +63,10 @@ PROMPTS = [
 
 
 def chat_ids(tok, text):
-    s = "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n"
+    """One user turn as strata renders it for SmolLM2 (its template's default
+    system turn first), so the float64 reads the ids strata continued."""
+    s = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+         "Face<|im_end|>\n<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n")
     tok.encode_special_tokens = False
     return tok.encode(s, add_special_tokens=False).ids
 
@@ -68,16 +76,12 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def greedy(m, mode, ids, n):
-    cache = rf.KVCache(m, mode)
-    lg = rf.forward(m, cache, ids, 0)[-1]
-    out = []
-    for i in range(n):
-        t = int(np.argmax(lg))
-        out.append(t)
-        if i + 1 < n:
-            lg = rf.forward(m, cache, [t], len(ids) + i)[-1]
-    return out
+def strata_greedy(cli, model, prompt, kv, n, tok):
+    """strata's greedy continuation of one chat turn, as token ids."""
+    out = subprocess.run([cli, "run", "-m", model, "--chat", "-p", prompt, "-n", str(n),
+                          "--temp", "0", "--kv", kv, "--backend", "cpu"],
+                         check=True, capture_output=True, text=True).stdout
+    return tok.encode(out.rstrip("\n"), add_special_tokens=False).ids[:n]
 
 
 def text_window(m, tok, path, n, formats):
@@ -101,9 +105,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--formats", default="f16,k8v4,k8v4r")
-    ap.add_argument("--greedy-formats", default="k8v4,k8v4r",
-                    help="formats that also continue greedily (f16 follows f64 token for "
-                         "token: test/test_engine.c)")
+    ap.add_argument("--cli", default="build/strata-cli")
     ap.add_argument("--prompts", default=",".join(str(i) for i in range(len(PROMPTS))))
     ap.add_argument("--text")
     ap.add_argument("--window", type=int, default=256)
@@ -116,31 +118,32 @@ def main():
     summary = {f: {"kl": [], "klmax": [], "rel": [], "div": []} for f in formats}
     for pi in [int(x) for x in a.prompts.split(",")]:
         ids = chat_ids(tok, PROMPTS[pi])
-        ref_cont = greedy(m, "f64", ids, a.n)
+        conts = {f: strata_greedy(a.cli, a.model, PROMPTS[pi], f, a.n, tok) for f in
+                 sorted(set(formats) | {"f16"})}
+        ref_cont = conts["f16"]
         full = ids + ref_cont[:-1]
         lref = rf.forward(m, rf.KVCache(m, "f64"), full, 0)[len(ids) - 1:]
         pref = log_softmax(lref)
-        print("prompt %d (%d tokens): %r" % (pi, len(ids), tok.decode(ref_cont)[:60]), flush=True)
+        print("prompt %d (%d tokens, %d continued): %r" %
+              (pi, len(ids), len(ref_cont), tok.decode(ref_cont)[:60]), flush=True)
         for f in formats:
             lf = rf.forward(m, rf.KVCache(m, f), full, 0)[len(ids) - 1:]
             kl = (np.exp(pref) * (pref - log_softmax(lf))).sum(axis=-1)
             rel = np.sqrt(((lf - lref) ** 2).sum(axis=-1) / (lref ** 2).sum(axis=-1))
-            div = -1
-            if f in a.greedy_formats.split(","):
-                own = greedy(m, f, ids, a.n)
-                div = next((i for i in range(a.n) if own[i] != ref_cont[i]), a.n)
+            own, L = conts[f], len(ref_cont)
+            div = next((i for i in range(min(len(own), L)) if own[i] != ref_cont[i]),
+                       L if len(own) == L else min(len(own), L))
             s = summary[f]
             s["kl"].append(kl.mean())
             s["klmax"].append(kl.max())
             s["rel"].append(rel.max())
-            s["div"].append(div)
+            s["div"].append(a.n if div == L and len(own) == L else div)
             print("  %-6s KL mean %.5f max %.5f  rel logit err max %.4f  greedy %s" %
-                  (f, kl.mean(), kl.max(), rel.max(), "not run" if div < 0 else
-                   "identical" if div == a.n else "diverges at %d" % div), flush=True)
+                  (f, kl.mean(), kl.max(), rel.max(),
+                   "identical" if own == ref_cont else "diverges at %d" % div), flush=True)
     print("summary over %d prompts, %d positions each:" % (len(summary[formats[0]]["kl"]), a.n))
     for f in formats:
         s = summary[f]
-        s["div"] = [d for d in s["div"] if d >= 0]
         print("  %-6s KL mean %.5f (worst prompt %.5f) max %.5f  rel err max %.4f  "
               "greedy identical %d/%d, first divergence %s" %
               (f, np.mean(s["kl"]), np.max(s["kl"]), np.max(s["klmax"]), np.max(s["rel"]),
