@@ -15,6 +15,7 @@
 #include "engine/engine_internal.h"
 #include "engine/strata.h"
 #include "kernels/ops.h"
+#include "text/tokenizer.h"
 
 /* "The capital of France is" and friends, as SmolLM2 ids. */
 static const int32_t prompt_a[] = {504, 3575, 282, 4649, 314};
@@ -53,7 +54,8 @@ static float *engine_logits(strata_engine *e, const int32_t *toks, int n)
 static double *ref_logits(const char *model, const int32_t *toks, int n, const char *kv, int V)
 {
     const char *dir = test_tmpdir();
-    char ids[512] = "", cmd[2048];
+    static char ids[8192], cmd[10240];
+    ids[0] = 0;
     for (int i = 0; i < n; i++)
         snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", toks[i]);
     snprintf(cmd, sizeof cmd,
@@ -153,12 +155,41 @@ START_TEST(logits_match_reference_with_k8v4r_kv)
 }
 END_TEST
 
-/* What the cache formats cost, against exact float64 on the demo model
- * (prompt_b, 9 positions): the rotated k8v4 must stay closer to float64 than
- * the plain one, on average over the positions, and within KV_R_F64_TOL.
- * Measured: k8v4r worst 0.15, mean 0.08; k8v4 worst 0.19, mean 0.11 (see
- * doc/perplexity.md for KL and greedy over a prompt set). */
-#define KV_R_F64_TOL 0.25
+/* What the cache formats cost, against exact float64 on the demo model:
+ * the first KL_TOKENS tokens of the perplexity text read once, and at every
+ * position the KL divergence KL(p_f64 || p_engine) of the next-token
+ * distributions.  Measured (kv_quality.py --text ... --window 256, the
+ * simulated formats): k8v4 mean 0.033, k8v4r 0.019; the engine here, 128
+ * tokens: see the printed line.  The rotated cache must stay clearly
+ * closer to float64 (mean KL at most 0.8x k8v4's) and below KL_R_MAX.
+ * (A 9-token prompt is too short to judge: its few positions can go either
+ * way.) */
+#define KL_TOKENS 128
+#define KL_R_MAX 0.03
+static double mean_kl(const float *lg, const double *ref, int n, int V)
+{
+    double total = 0;
+    for (int r = 0; r < n; r++) {
+        const float *a = lg + (size_t)r * V;
+        const double *b = ref + (size_t)r * V;
+        double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+        for (int i = 1; i < V; i++) {
+            ma = a[i] > ma ? a[i] : ma;
+            mb = b[i] > mb ? b[i] : mb;
+        }
+        for (int i = 0; i < V; i++) {
+            za += exp(a[i] - ma);
+            zb += exp(b[i] - mb);
+        }
+        for (int i = 0; i < V; i++) {
+            double lb = b[i] - mb - log(zb), la = a[i] - ma - log(za);
+            kl += exp(lb) * (lb - la);
+        }
+        total += kl;
+    }
+    return total / n;
+}
+
 START_TEST(k8v4r_is_closer_to_f64_than_k8v4)
 {
     const char *model = test_demo_model();
@@ -166,30 +197,38 @@ START_TEST(k8v4r_is_closer_to_f64_than_k8v4)
         TEST_SKIP("demo model not present (make model)");
     if (!test_have_python("numpy, gguf"))
         TEST_SKIP("python3 with numpy and gguf not available");
-    int n = (int)(sizeof prompt_b / sizeof prompt_b[0]);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test/data/gettysburg_declaration.txt", test_root());
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char text[4096];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
     static const int kvs[2] = {STRATA_KV_K8V4, STRATA_KV_K8V4R};
-    double worst[2] = {0, 0}, mean[2] = {0, 0};
+    double kl[2];
     double *ref = NULL;
+    tok_ids ids = {0};
     for (int k = 0; k < 2; k++) {
-        strata_engine *e = open_engine(model, kvs[k], 4, NULL, 1);
+        strata_engine *e = open_engine(model, kvs[k], 64, NULL, 1);
         int V = strata_n_vocab(e);
-        if (!ref)
-            ref = ref_logits(model, prompt_b, n, "f64", V);
-        ck_assert_msg(ref != NULL, "ref_forward.py failed");
-        float *lg = engine_logits(e, prompt_b, n);
-        for (int r = 0; r < n; r++) {
-            double err = rel_err(lg + (size_t)r * V, ref + (size_t)r * V, V);
-            worst[k] = err > worst[k] ? err : worst[k];
-            mean[k] += err / n;
+        if (!ref) {
+            strata_error err = {0};
+            ck_assert_int_eq(tokenizer_encode(strata_tokenizer(e), text, len, 0, &ids, &err), 0);
+            ck_assert_uint_ge(ids.n, KL_TOKENS);
+            ref = ref_logits(model, ids.ids, KL_TOKENS, "f64", V);
+            ck_assert_msg(ref != NULL, "ref_forward.py failed");
         }
-        printf("  %s against f64: worst relative error %.3g, mean %.3g\n",
-               strata_kv_name(kvs[k]), worst[k], mean[k]);
+        float *lg = engine_logits(e, ids.ids, KL_TOKENS);
+        kl[k] = mean_kl(lg, ref, KL_TOKENS, V);
         free(lg);
         strata_close(e);
     }
-    ck_assert_msg(worst[1] < KV_R_F64_TOL, "k8v4r worst %.3g", worst[1]);
-    ck_assert_msg(mean[1] < mean[0], "k8v4r mean %.3g is not below k8v4's %.3g", mean[1],
-                  mean[0]);
+    printf("  next-token KL against f64 over %d tokens: k8v4 %.4f, k8v4r %.4f\n", KL_TOKENS,
+           kl[0], kl[1]);
+    ck_assert_msg(kl[1] < 0.8 * kl[0], "k8v4r mean KL %.4f is not below 0.8 x k8v4's %.4f",
+                  kl[1], kl[0]);
+    ck_assert_msg(kl[1] < KL_R_MAX, "k8v4r mean KL %.4f", kl[1]);
+    tok_ids_free(&ids);
     free(ref);
 }
 END_TEST
@@ -228,14 +267,15 @@ START_TEST(greedy_matches_reference)
 END_TEST
 
 /* The same logits, bit for bit, however the layers are split into stages
- * and whatever the prefill chunk. */
+ * and whatever the prefill chunk (with the default cache, k8v4r: its
+ * rotation is per row, so the rule holds through it). */
 START_TEST(split_and_chunk_do_not_change_a_bit)
 {
     const char *model = test_demo_model();
     if (!model)
         TEST_SKIP("demo model not present (make model)");
     int n = (int)(sizeof prompt_b / sizeof prompt_b[0]);
-    strata_engine *e = open_engine(model, STRATA_KV_K8V4, 256, NULL, 1);
+    strata_engine *e = open_engine(model, STRATA_KV_DEFAULT, 256, NULL, 1);
     int V = strata_n_vocab(e);
     float *base = engine_logits(e, prompt_b, n);
     strata_close(e);
@@ -243,7 +283,7 @@ START_TEST(split_and_chunk_do_not_change_a_bit)
         {"15", 256}, {"10,20", 3}, {"5,15,25", 1}, {"auto", 4}, {NULL, 2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        e = open_engine(model, STRATA_KV_K8V4, cases[c].chunk, cases[c].split, 1);
+        e = open_engine(model, STRATA_KV_DEFAULT, cases[c].chunk, cases[c].split, 1);
         float *lg = engine_logits(e, prompt_b, n);
         ck_assert_msg(!memcmp(lg, base, sizeof(float) * (size_t)n * V),
                       "split %s chunk %d changed the logits", cases[c].split ? cases[c].split : "none",
@@ -255,13 +295,14 @@ START_TEST(split_and_chunk_do_not_change_a_bit)
 }
 END_TEST
 
-/* Sequences decoding together give exactly their solo results. */
+/* Sequences decoding together give exactly their solo results (default
+ * cache, k8v4r). */
 START_TEST(batch_rows_equal_solo_rows)
 {
     const char *model = test_demo_model();
     if (!model)
         TEST_SKIP("demo model not present (make model)");
-    strata_engine *e = open_engine(model, STRATA_KV_K8V4, 256, "12", 3);
+    strata_engine *e = open_engine(model, STRATA_KV_DEFAULT, 256, "12", 3);
     int V = strata_n_vocab(e);
     strata_error err = {0};
     const int32_t *prompts[3] = {prompt_a, prompt_b, prompt_b + 2};
@@ -427,7 +468,6 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, logits_match_f64_reference_with_f16_kv);
     tcase_add_test(tc, logits_match_reference_with_k8v4_kv);
     tcase_add_test(tc, logits_match_reference_with_k8v4r_kv);
-    tcase_add_test(tc, k8v4r_is_closer_to_f64_than_k8v4);
     tcase_add_test(tc, greedy_matches_reference);
     tcase_add_test(tc, split_and_chunk_do_not_change_a_bit);
     tcase_add_test(tc, batch_rows_equal_solo_rows);
@@ -438,6 +478,10 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, bad_model_and_split_are_clear_errors);
     tcase_add_test(tc, auto_split_follows_shares);
     suite_add_tcase(s, tc);
+    /* the cache formats against float64 (CK_RUN_CASE=kv runs it alone) */
+    TCase *kv = tcase_create("kv");
+    tcase_add_test(kv, k8v4r_is_closer_to_f64_than_k8v4);
+    suite_add_tcase(s, kv);
     return s;
 }
 TEST_SUITE(engine_suite)
