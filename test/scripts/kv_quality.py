@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kv_quality.py: what a KV cache format costs, measured against float64.
 
-For each prompt of a fixed set (chat turns of 60-90 tokens with the template's
+For each prompt of a fixed set (chat turns of 50-71 tokens with the template's
 system turn; written for SmolLM2's ChatML):
   1. strata (`strata-cli run --chat --temp 0 -n N --kv KV`, CPU backend)
      continues it greedily with each cache format; the f16 cache's
