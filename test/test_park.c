@@ -155,13 +155,16 @@ char *park_dump_stage(const kv_pool *p, const int32_t *pages, int n, size_t *byt
 {
     char *out = malloc(kv_page_bytes(p) / KV_PAGE * (size_t)n + 1), *w = out;
     for (int l = 0; l < p->n_layer; l++)
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 4; b++) {
+            size_t r = rowb(p, b);
+            if (!r)
+                continue; /* f16 pools have no scale buffers (NULL) */
             for (int h = 0; h < p->n_kv_head; h++)
                 for (int t = 0; t < n; t++) {
-                    size_t r = rowb(p, b);
                     memcpy(w, tok_row(p, pages, l, b, h, t), r);
                     w += r;
                 }
+        }
     *bytes = (size_t)(w - out);
     return out;
 }
