@@ -228,6 +228,7 @@ convcache *convcache_new(const convcache_config *cfg, strata_error *err)
     c->max_bytes = cfg->max_bytes;
     c->max_images = cfg->max_images;
     c->skip_checksums = cfg->skip_checksums != 0;
+    c->format = cfg->format;
     c->al = cfg->allocator;
     if (!c->al.alloc) {
         c->al.alloc = default_alloc;
@@ -653,6 +654,11 @@ const int32_t *convcache_image_tokens(const convcache_image *img,
 int32_t convcache_image_pos(const convcache_image *img)
 {
     return img ? img->pos : 0;
+}
+
+int convcache_image_format(const convcache_image *img)
+{
+    return img->owner->format;
 }
 
 int convcache_image_n_spans(const convcache_image *img)

@@ -77,6 +77,11 @@ typedef struct convcache_config {
      * and 1.02x without (doc/convcache.md), so park/park.c writes them
      * only when it verifies them (debug builds, tests). */
     int skip_checksums;
+    /* What the parts' bytes are, opaque here and the same for every image
+     * of the cache: park/park.c writes the engine's KV type (enum
+     * strata_kv_type), so an image is never read back as another format
+     * (the plain and the rotated k8v4 have the same sizes and layout). */
+    int format;
 } convcache_config;
 
 typedef struct convcache_stats {
@@ -154,6 +159,8 @@ void convcache_abort(convcache *c, convcache_capture *cap);
 const int32_t *convcache_image_tokens(const convcache_image *img,
                                       int *n_tokens);
 int32_t convcache_image_pos(const convcache_image *img);
+/* The format its bytes were written in (convcache_config.format). */
+int convcache_image_format(const convcache_image *img);
 int convcache_image_n_spans(const convcache_image *img);
 /* Span i (0 = oldest, tokens from 0) of a stage; STRATA_E_ARG if out of
  * range. */

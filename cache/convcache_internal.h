@@ -49,6 +49,7 @@ struct convcache {
     size_t max_bytes;
     int max_images;
     int skip_checksums;
+    int format;                       /* convcache_config.format */
     convcache_allocator al;
 
     size_t bytes_used;                /* live spans' bytes */

@@ -405,7 +405,7 @@ int cmd_chat(int argc, char **argv)
                         "for commands, Ctrl-C stops an answer, Ctrl-D or /quit leaves.\n",
                 strata_model(c.fe.e)->arch_name,
                 strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu",
-                o.ep.kv_type == KV_F16 ? "f16" : "k8v4", (double)o.sp.temp, c.cache_mib);
+                strata_kv_name(strata_kv_type(c.fe.e)), (double)o.sp.temp, c.cache_mib);
     char *line = NULL;
     size_t cap = 0, len = 0;
     for (;;) {

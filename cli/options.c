@@ -207,14 +207,13 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
             return -1;
         }
     } else if (IS("--kv")) {
-        if (!strcmp(v, "k8v4"))
-            o->ep.kv_type = KV_K8V4;
-        else if (!strcmp(v, "f16"))
-            o->ep.kv_type = KV_F16;
-        else {
-            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4 or f16\n", cmd, v);
+        int t = strata_kv_parse(v);
+        if (t < 0) {
+            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r, k8v4, f16 or default\n",
+                    cmd, v);
             return -1;
         }
+        o->ep.kv_type = t;
     } else if (IS("--batch") || IS("--slots") || IS("-np"))
         return to_int(cmd, a, v, 1, &o->ep.n_slots);
     else if (IS("--batch-groups"))
@@ -314,7 +313,8 @@ static const opt_help opt_help_lines[] = {
      "                          token or the context is full)\n"},
     {CLI_USE_ENGINE,
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-     "  --kv k8v4|f16           KV cache format (default k8v4: K Q8_0, V Q4_0; run and\n"
+     "  --kv k8v4|k8v4r|f16     KV cache format (default k8v4: K Q8_0, V Q4_0; k8v4r:\n"
+     "                          the same after a Hadamard rotation per head; run and\n"
      "                          chat on the demo model: f16)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
@@ -393,8 +393,8 @@ int cli_opts_demo_defaults(cli_opts *o)
     if (strcmp(base, CLI_DEMO_MODEL) != 0)
         return 0;
     int changed = 0;
-    if (!o->kv_given && o->ep.kv_type != KV_F16) {
-        o->ep.kv_type = KV_F16;
+    if (!o->kv_given && o->ep.kv_type != STRATA_KV_F16) {
+        o->ep.kv_type = STRATA_KV_F16;
         changed = 1;
     }
     if (!o->temp_given && o->sp.temp != 0.0f) {

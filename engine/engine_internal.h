@@ -58,6 +58,18 @@ struct strata_seq {
     void *cuda;          /* per-stage device page tables (CUDA backend) */
 };
 
+/* The one place the public KV type (enum strata_kv_type, resolved: never
+ * DEFAULT) maps to the kernels' block format (enum kv_type in kernels/ops.h)
+ * and to whether head vectors are rotated before they are stored. */
+static inline int engine_kv_block(int strata_kv)
+{
+    return strata_kv == STRATA_KV_F16 ? KV_F16 : KV_K8V4;
+}
+static inline int engine_kv_rotated(int strata_kv)
+{
+    return strata_kv == STRATA_KV_K8V4R;
+}
+
 /* The forward pass over every stage (backend.h's `forward`).  logits: one
  * n_vocab row per row with logits >= 0.  KV pages must already be reserved
  * for every row.  A call carries either one sequence's prompt chunk

@@ -93,6 +93,7 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     add_bias(s->k, L->bk, n, dkv);
     add_bias(s->v, L->bv, n, dkv);
     int lk = il - st->l0; /* layer index within the stage's KV pool */
+    int rot = engine_kv_rotated(e->p.kv_type);
     for (int r = 0; r < n; r++) {
         float *q = s->q + r * dq, *k = s->k + r * dkv;
         if (L->q_norm)
@@ -101,6 +102,11 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_rmsnorm_heads(k, L->k_norm, hp->n_head_kv, hp->head_dim, hp->eps);
         cpu_rope(q, hp->n_head, hp->head_dim, rows[r].pos, &rp);
         cpu_rope(k, hp->n_head_kv, hp->head_dim, rows[r].pos, &rp);
+        if (rot) { /* k8v4r: q, k, v into the rotated basis (kernels/cpu/rotate.c) */
+            cpu_kv_rotate(q, hp->n_head, hp->head_dim);
+            cpu_kv_rotate(k, hp->n_head_kv, hp->head_dim);
+            cpu_kv_rotate(s->v + r * dkv, hp->n_head_kv, hp->head_dim);
+        }
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
         cpu_kv_store(&kv, rows[r].pos, k, s->v + r * dkv);
     }
@@ -110,6 +116,8 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     for (int r = 0; r < n; r++) {
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
         cpu_attention(s->q + r * dq, hp->n_head, &kv, rows[r].pos + 1, scale, s->att + r * dq);
+        if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
+            cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
     }
     if (trace_on()) {
         trace_vec("q_rope", il, s->q, dq);

@@ -31,12 +31,32 @@ enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BA
 #define STRATA_MAX_CTX (1 << 24)   /* tokens per sequence (-c) */
 #define STRATA_MAX_SLOTS (1 << 16) /* --batch */
 #define STRATA_MAX_CHUNK (1 << 16) /* --chunk */
+/* What the KV cache stores per token and kv head (doc/engine.md, "The KV
+ * cache"; measured quality in doc/perplexity.md).
+ *   K8V4R  K as Q8_0 and V as Q4_0 blocks of 32 after a fixed orthogonal
+ *          rotation of each head vector (a signed Walsh-Hadamard transform);
+ *          needs head_dim a power of two (32..512)
+ *   K8V4   the same blocks without the rotation
+ *   F16    K and V in fp16 (3.6x the bytes of k8v4)
+ * DEFAULT (what strata_params_default sets) resolves at strata_open to
+ * K8V4 (engine/engine.c says why not K8V4R yet); strata_kv_type() says what
+ * was chosen. */
+enum strata_kv_type {
+    STRATA_KV_K8V4 = 0,   /* the values of the kernels' KV_K8V4 and KV_F16 (code */
+    STRATA_KV_F16 = 1,    /* that set those here before this enum existed keeps its meaning) */
+    STRATA_KV_K8V4R = 2,
+    STRATA_KV_DEFAULT = 3,
+};
+/* "k8v4r", "k8v4", "f16" ("default" for DEFAULT; NULL for no type). */
+const char *strata_kv_name(int kv_type);
+/* The enum value of a name above, or -1. */
+int strata_kv_parse(const char *name);
 
 typedef struct strata_params {
     const char *model_path;
     int backend;            /* enum strata_backend */
     int n_ctx;              /* per-sequence context limit; 0: min(model's, 4096) */
-    int kv_type;            /* KV_K8V4 (default) or KV_F16 */
+    int kv_type;            /* enum strata_kv_type; default STRATA_KV_DEFAULT */
     int n_slots;            /* sequences that may be resident at once (>= 1) */
     int batch_groups;       /* --batch-groups: with a layer split, a decode step's rows
                              * flow through the stages as a pipeline of this many
@@ -72,6 +92,7 @@ struct tokenizer *strata_tokenizer(const strata_engine *e);
 int strata_n_ctx(const strata_engine *e);
 int strata_n_vocab(const strata_engine *e);
 int strata_backend(const strata_engine *e);   /* the backend actually used */
+int strata_kv_type(const strata_engine *e);   /* the KV type actually used (never DEFAULT) */
 int strata_n_stages(const strata_engine *e);
 int strata_n_slots(const strata_engine *e);   /* sequences that may decode together */
 int strata_n_chunk(const strata_engine *e);   /* prompt tokens per forward call */

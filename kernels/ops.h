@@ -97,6 +97,25 @@ void cpu_dequant_k8(const int8_t *q, const uint16_t *d, int n, float *x);
 void cpu_dequant_v4(const uint8_t *q, const uint16_t *d, int n, float *x);
 
 
+/* ---- KV rotation (kernels/cpu/rotate.c) ---------------------------------
+ * The rotated k8v4 cache (engine kv type k8v4r) stores R k and R v instead
+ * of k and v, with R = (1/sqrt(d)) H_d diag(s) over a head vector of d =
+ * head_dim (a power of two, 32..KV_ROT_MAX_DIM): s flips element i's sign
+ * where bit i % 64 of kv_rot_sign_word(i / 64) is set, H_d is the
+ * Walsh-Hadamard matrix (Sylvester order).  The query is rotated the same
+ * way (R is orthogonal, so the scores are unchanged) and the attention
+ * output is rotated back with R^T.  Each head vector is rotated on its own:
+ * a row's result depends on nothing else (the invariance rule holds). */
+#define KV_ROT_MAX_DIM 512
+#define KV_ROT_SEED 0x5354524154415231ull /* "STRATAR1" */
+int kv_rot_supported(int head_dim);       /* 1: a power of two in 32..512 */
+uint64_t kv_rot_sign_word(int k);         /* splitmix64 output k of KV_ROT_SEED */
+float kv_rot_scale(int head_dim);         /* the float nearest 1/sqrt(head_dim) */
+/* In place, n_heads contiguous head vectors: x <- R x. */
+void cpu_kv_rotate(float *x, int n_heads, int head_dim);
+/* In place: x <- R^T x. */
+void cpu_kv_unrotate(float *x, int n_heads, int head_dim);
+
 /* ---- attention over the KV cache ----------------------------------------
  * The cache is paged: a page holds KV_PAGE tokens of one layer, all kv heads.
  * Within a page, head h's token t sits at ((h * KV_PAGE) + t) * row, so one

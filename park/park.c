@@ -331,6 +331,7 @@ strata_park *park_new(strata_engine *e, size_t cache_mib, int cache_slots, strat
     cfg.max_bytes = cache_mib << 20;
     cfg.max_images = cache_slots;
     cfg.skip_checksums = !p->verify;
+    cfg.format = e->p.kv_type; /* the images' bytes: k8v4r's are rotated */
     /* pinned on CUDA: pageable memory copies at 8-14 GB/s against 55 GB/s
      * pinned (doc/BENCHMARKS.md, "Reference figures") */
     cfg.allocator = cache_allocator(p, cfg.max_bytes);
@@ -518,6 +519,10 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
         *restored = cur;
         return 0;
     }
+    if (use > 0 && convcache_image_format(img) != e->p.kv_type)
+        return strata_err(err, STRATA_E_ARG, "park_restore: the image holds KV of type %s, the "
+                          "engine's is %s", strata_kv_name(convcache_image_format(img)),
+                          strata_kv_name(e->p.kv_type));
     seq_drop(s);
     if (use <= 0)
         return 0;
@@ -596,6 +601,9 @@ static int same_shape(const strata_engine *a, const strata_engine *b, strata_err
     if (a->n_stages != b->n_stages)
         return strata_err(err, STRATA_E_ARG, "shuttle: %d stages on one side, %d on the other",
                           a->n_stages, b->n_stages);
+    if (a->p.kv_type != b->p.kv_type) /* k8v4 and k8v4r pools have the same shape */
+        return strata_err(err, STRATA_E_ARG, "shuttle: KV type %s on one side, %s on the other",
+                          strata_kv_name(a->p.kv_type), strata_kv_name(b->p.kv_type));
     for (int i = 0; i < a->n_stages; i++) {
         const kv_pool *x = a->stages[i].kv, *y = b->stages[i].kv;
         if (x->type != y->type || x->n_layer != y->n_layer || x->n_kv_head != y->n_kv_head ||

@@ -424,7 +424,7 @@ START_TEST(allocator_is_pluggable_and_failure_is_clean)
 {
     count_alloc ca = {0};
     convcache_config cfg = {.n_stages = 3, .max_bytes = 1 << 20, .max_images = 8,
-                            .allocator = {counting_alloc, counting_free, &ca}};
+                            .allocator = {counting_alloc, counting_free, &ca}, .format = 2};
     strata_error err = {0};
     convcache *c = convcache_new(&cfg, &err);
     ck_assert_msg(c != NULL, "%s", err.msg);
@@ -433,6 +433,7 @@ START_TEST(allocator_is_pluggable_and_failure_is_clean)
     convcache_image *a;
     ck_assert_int_eq(capture(c, 3, t, 10, NULL, &a, &err), 0);
     ck_assert_int_eq(ca.allocs, 3);
+    ck_assert_int_eq(convcache_image_format(a), 2); /* the config's tag, on every image */
 
     ca.fail_at = ca.allocs + 2; /* the second stage of the next capture */
     ck_assert_int_eq(capture(c, 3, t, 20, a, NULL, &err), STRATA_E_NOMEM);

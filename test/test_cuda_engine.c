@@ -15,7 +15,8 @@
  *     logits.  With k8v4 the V rows add Q4_0 rounding flips (a value on the
  *     other side of a rounding boundary moves by a whole step), so the
  *     teacher-forced check uses --kv f16 and the greedy check the default;
- *   - greedy generation of 256 tokens (k8v4; 32 under STRATA_TEST_SMALL):
+ *   - greedy generation of 256 tokens (the default cache, k8v4r; 32 under
+ *     STRATA_TEST_SMALL):
  *     identical, or the first
  *     divergence is a near-tie — the CPU's logit for the GPU's token is
  *     within NEAR_TIE x the RMS of (gpu - cpu) logits at that step, i.e. the
@@ -67,7 +68,9 @@ static strata_engine *open_kv(const char *path, int backend, const char *split, 
 static strata_engine *open_on(const char *path, int backend, const char *split, int slots,
                               int chunk)
 {
-    return open_kv(path, backend, split, slots, chunk, KV_K8V4);
+    /* the default cache, the rotated k8v4 (k8v4r): the greedy, split, batch
+     * and chunk checks below cover its rotate/unrotate launches */
+    return open_kv(path, backend, split, slots, chunk, STRATA_KV_DEFAULT);
 }
 
 static void prompt_ids(int32_t *ids, int n, int vocab, uint64_t seed)
@@ -133,8 +136,8 @@ static int near_tie(const float *lc, const float *lg, int V, int32_t tc, int32_t
 
 static void gpu_matches_cpu(const char *path, int n_prompt)
 {
-    strata_engine *cpu = open_kv(path, STRATA_BACKEND_CPU, NULL, 1, 256, KV_F16);
-    strata_engine *gpu = open_kv(path, STRATA_BACKEND_CUDA, NULL, 1, 256, KV_F16);
+    strata_engine *cpu = open_kv(path, STRATA_BACKEND_CPU, NULL, 1, 256, STRATA_KV_F16);
+    strata_engine *gpu = open_kv(path, STRATA_BACKEND_CUDA, NULL, 1, 256, STRATA_KV_F16);
     int V = strata_n_vocab(cpu);
     int32_t ids[64];
     prompt_ids(ids, n_prompt, V, 7);

@@ -1,7 +1,7 @@
 /* test_perplexity.c: perplexity of the demo model on the shipped
  * public-domain text (test/data/gettysburg_declaration.txt, see
  * test/data/README.md), as shipped (Q4_1) and re-quantized to Q2_0 and
- * IQ3_XXS, with the KV cache in f16 and in k8v4.
+ * IQ3_XXS, with the KV cache in f16, k8v4 and k8v4r (Q4_1 only).
  *
  * The command is the one doc/perplexity.md records:
  *   strata-cli perplexity -m MODEL -f test/data/gettysburg_declaration.txt -c 256 --kv KV
@@ -15,6 +15,7 @@
  * STRATA_SLOW_TESTS=1 and are skipped by name otherwise. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,19 +82,26 @@ static const char *quantize(const char *cli, const char *model, const char *type
     if (!model)                                                               \
         TEST_SKIP("demo model not found (make model, or STRATA_MODEL)")
 
-/* Measured on the CPU build (doc/perplexity.md): f16 17.68, k8v4 17.80. */
+/* Measured on the CPU build (doc/perplexity.md): f16 17.676, k8v4 17.663
+ * (-0.07 %), k8v4r 17.942 (+1.5 %).  On 635 scored tokens these moves are
+ * within the figures' noise (the rotated cache is 41 % closer to float64 by
+ * next-token KL, doc/perplexity.md): the bound is 2.5 % either way, well
+ * inside the error bar (12 %), and no quantized figure may equal f16's. */
+#define KV_PPL_REL 0.025
 START_TEST(test_ppl_q4_1)
 {
     NEED_CLI_AND_MODEL();
     ppl_result f16 = perplexity(cli, model, "f16");
-    ppl_result k84 = perplexity(cli, model, "k8v4");
     ck_assert_msg(f16.ppl > Q4_1_LO && f16.ppl < Q4_1_HI, "Q4_1 f16 ppl %.4f", f16.ppl);
-    ck_assert_msg(k84.ppl > Q4_1_LO && k84.ppl < Q4_1_HI, "Q4_1 k8v4 ppl %.4f", k84.ppl);
-    /* the quantized cache moves the figure, but by much less than its
-     * error bar */
-    ck_assert_msg(k84.ppl != f16.ppl, "k8v4 gave exactly the f16 figure: is --kv ignored?");
-    ck_assert_msg(k84.ppl > f16.ppl - f16.err && k84.ppl < f16.ppl + f16.err,
-                  "k8v4 %.4f vs f16 %.4f +/- %.4f", k84.ppl, f16.ppl, f16.err);
+    static const char *const kvs[] = {"k8v4", "k8v4r"};
+    for (int i = 0; i < 2; i++) {
+        ppl_result q = perplexity(cli, model, kvs[i]);
+        ck_assert_msg(q.ppl > Q4_1_LO && q.ppl < Q4_1_HI, "Q4_1 %s ppl %.4f", kvs[i], q.ppl);
+        ck_assert_msg(q.ppl != f16.ppl, "%s gave exactly the f16 figure: is --kv ignored?",
+                      kvs[i]);
+        ck_assert_msg(fabs(q.ppl / f16.ppl - 1.0) < KV_PPL_REL, "%s %.4f vs f16 %.4f: more "
+                      "than %.1f %% apart", kvs[i], q.ppl, f16.ppl, 100 * KV_PPL_REL);
+    }
 }
 END_TEST
 

@@ -334,7 +334,9 @@ int bench_model(int argc, char **argv)
         if (!rc && !json)
             printf("prompt  %5d tok: %9.1f tok/s (median of %d)\n", n_prompt, prompt_tok_s, reps);
     }
-    const double kv_tok = m ? kv_token_bytes(m, o.ep.kv_type) : 0;
+    const double kv_tok = m ? kv_token_bytes(m, strata_kv_type(r.e) == STRATA_KV_F16 ? KV_F16
+                                                                                   : KV_K8V4)
+                            : 0;
     /* 1 unless --batch-groups G > 1 with a layer split (the engine says so) */
     const int groups = rc ? 1 : strata_batch_groups(r.e);
     const double bw = rc ? 0 : read_bandwidth(r.e);
@@ -384,7 +386,7 @@ int bench_model(int argc, char **argv)
                "\"batch_groups\": %d, \"reps\": %d, \"weight_bytes\": %llu, \"read_gb_s\": %.1f,\n \"prompt\": {\"tokens\": %d, "
                "\"tok_s\": %.2f},\n \"decode\": [",
                strata_backend(r.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu", strata_n_stages(r.e),
-               o.ep.kv_type == KV_F16 ? "f16" : "k8v4", o.ep.n_threads, groups, reps,
+               strata_kv_name(strata_kv_type(r.e)), o.ep.n_threads, groups, reps,
                (unsigned long long)m->weight_bytes, bw, n_prompt, prompt_tok_s);
         for (int k = 0; k < n_dec; k++)
             printf("%s\n  {\"batch\": %d, \"ctx\": %d, \"steps\": %d, \"short_prompt\": %d, "

@@ -316,7 +316,7 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
         return rc;
     kv_view kv;
     memset(&kv, 0, sizeof kv);
-    kv.type = e->p.kv_type;
+    kv.type = engine_kv_block(e->p.kv_type);
     kv.n_kv_head = hp->n_head_kv;
     kv.head_dim = hp->head_dim;
     cs->att_scratch_bytes = cuda_attention_scratch_bytes(&kv, hp->n_head, (int)R, e->n_ctx);

@@ -103,6 +103,7 @@ static void attention_block(srun *r, int il)
     const int32_t *pages = cs->d_in + 3 * ce->max_rows;
     rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, cs->rope_freqs};
     kv_view kv = kv_pool_view(r->st->kv, il - r->st->l0, pages);
+    const int rot = engine_kv_rotated(r->e->p.kv_type); /* k8v4r */
 
     if (!r->normed)
         keep(r, cuda_rmsnorm(cs->x, d->attn_norm, cs->xb, n, D, hp->eps, cs->compute, err_of(r)));
@@ -137,6 +138,11 @@ static void attention_block(srun *r, int il)
     }
     keep(r, cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim, tok_pos, &rp,
                          cs->compute, err_of(r)));
+    /* k8v4r: q, k and v rotated head by head before K and V are quantized
+     * (the attention's output is rotated back below), as cpu_kv_rotate. */
+    if (rot)
+        keep(r, cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim,
+                               cs->compute, err_of(r)));
     /* Every row's K/V is stored first; a row at position p then reads
      * positions 0..p, which is the causal mask within a chunk. */
     keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
@@ -144,6 +150,9 @@ static void attention_block(srun *r, int il)
     keep(r, cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, q, qs,
                            hp->n_head, 1.0f / sqrtf((float)hp->head_dim), cs->att, dq,
                            cs->att_scratch, cs->att_scratch_bytes, cs->compute, err_of(r)));
+    if (rot)
+        keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
+                                 err_of(r)));
     trace(r, "q_rope", il, q, dq);
     trace(r, "att", il, cs->att, dq);
     matmul(r, &d->wo, cs->att, n, cs->xb);

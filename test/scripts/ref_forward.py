@@ -18,14 +18,22 @@ MoE is softmax over all experts -> top-k -> renormalise (4.5).
 
 KV cache (--kv):
   f64   keys and values kept exactly.
+  f16   keys and values rounded to float32, then to float16 (as strata's
+        f16 cache stores them).
   k8v4  what strata's cache stores: each 32-element block of each per-token,
         per-kv-head K vector goes through Q8_0 and V through Q4_0 with ggml's
         recipes in float32 (doc/formats.md 3.1, 3.2, 3.5) and is decoded again
         before attention.  The current token's own K/V are quantized too
         (the engine appends first, then attends over the cache).
+  k8v4r k8v4 of the rotated head vectors R k and R v, rotated back with R^T
+        after decoding (equivalent to strata rotating q and the attention
+        output, since R is orthogonal): R = (1/sqrt(d)) H_d diag(s), H_d the
+        Sylvester-order Walsh-Hadamard matrix, s[i] = -1 where bit i % 64 of
+        splitmix64 output i // 64 from state 0x5354524154415231 is set
+        (doc/engine.md, "The KV cache").
 
 Usage:
-  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|k8v4] [--last]
+  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|f16|k8v4|k8v4r] [--last]
                  [--logits-out F.npy] [--print-top K] [--greedy N] [--stats]
 
   --logits-out  float64 array [positions, n_vocab]: one row per position fed
@@ -185,15 +193,49 @@ def ffn_moe(m, p, x):
     return out
 
 
+ROT_SEED = 0x5354524154415231
+M64 = (1 << 64) - 1
+
+
+def rot_signs(d):
+    """s[d] of the k8v4r rotation: splitmix64 outputs 0, 1, ... as sign bits."""
+    s = np.ones(d)
+    for i in range(d):
+        k, b = divmod(i, 64)
+        z = (ROT_SEED + (k + 1) * 0x9E3779B97F4A7C15) & M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        z ^= z >> 31
+        if (z >> b) & 1:
+            s[i] = -1.0
+    return s
+
+
+def rot_matrix(d):
+    """R = (1/sqrt(d)) H_d diag(s) as a float64 [d, d] matrix."""
+    i = np.arange(d)
+    pc = np.vectorize(lambda v: bin(int(v)).count("1"))(i[:, None] & i[None, :])
+    H = np.where(pc % 2 == 0, 1.0, -1.0)
+    return H * rot_signs(d)[None, :] / np.sqrt(d)
+
+
 class KVCache:
     def __init__(self, m, mode):
         self.mode = mode
+        self.R = rot_matrix(m.head_dim) if mode == "k8v4r" else None
         self.k = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
         self.v = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
 
     def append(self, il, k, v):
         """k, v: [n, n_head_kv, head_dim] float64 for the new positions."""
-        if self.mode == "k8v4":
+        if self.R is not None:
+            # rotate each head vector (x -> R x), quantize as k8v4, rotate back
+            k = ref_quants.kv_q8_0_roundtrip((k @ self.R.T).astype(np.float32)) @ self.R
+            v = ref_quants.kv_q4_0_roundtrip((v @ self.R.T).astype(np.float32)) @ self.R
+        elif self.mode == "f16":
+            k = k.astype(np.float32).astype(np.float16).astype(np.float64)
+            v = v.astype(np.float32).astype(np.float16).astype(np.float64)
+        elif self.mode == "k8v4":
             # Blocks of 32 run along head_dim inside one head (3.5); the engine
             # works in float32, so the values are rounded to float32 first.
             k = ref_quants.kv_q8_0_roundtrip(k.astype(np.float32)).astype(np.float64)
@@ -252,7 +294,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="float64 reference forward pass (see module doc)")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
-    ap.add_argument("--kv", choices=("f64", "k8v4"), default="f64")
+    ap.add_argument("--kv", choices=("f64", "f16", "k8v4", "k8v4r"), default="f64")
     ap.add_argument("--logits-out")
     ap.add_argument("--print-top", type=int, default=0)
     ap.add_argument("--last", action="store_true", help="only the last position")

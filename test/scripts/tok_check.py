@@ -77,7 +77,9 @@ def pieces_mode(rule, corpus):
         print(s.encode().hex() + "\t" + ",".join(p.encode().hex() for p in parts))
 
 
-def ids_mode(path, corpus):
+def hf_tokenizer(path):
+    """The Hugging Face `tokenizers` BPE built from the GGUF file (vocabulary,
+    merges, pre-tokenizer name, special tokens); kv_quality.py uses it too."""
     from gguf import GGUFReader
     from tokenizers import Tokenizer, AddedToken, Regex, models, pre_tokenizers, decoders
 
@@ -103,6 +105,11 @@ def ids_mode(path, corpus):
     specials = [AddedToken(tokens[i], special=True, normalized=False)
                 for i in range(len(tokens)) if types[i] in (3, 4)]
     tok.add_special_tokens(specials)
+    return tok
+
+
+def ids_mode(path, corpus):
+    tok = hf_tokenizer(path)
     for s in read_corpus(corpus):
         tok.encode_special_tokens = True
         plain = tok.encode(s, add_special_tokens=False).ids
