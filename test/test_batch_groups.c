@@ -267,10 +267,10 @@ START_TEST(bad_batch_groups_are_clear_errors)
     if (!test_cli())
         TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
     static const struct { const char *args, *says; } bad[] = {
-        {"run -m x.gguf --batch 4 --batch-groups 3 -p hi", "--batch-groups 3 does not divide --batch 4"},
-        {"run -m x.gguf --batch-groups 2 -p hi", "--batch-groups 2 does not divide --batch 1"},
-        {"run -m x.gguf --batch 4 --batch-groups 0 -p hi", "--batch-groups '0' is not an integer >= 1"},
-        {"run -m x.gguf --batch 4 --batch-groups -1 -p hi", "--batch-groups '-1' is not an integer >= 1"},
+        {"chat -m x.gguf --batch 4 --batch-groups 3", "--batch-groups 3 does not divide --batch 4"},
+        {"chat -m x.gguf --batch-groups 2", "--batch-groups 2 does not divide --batch 1"},
+        {"chat -m x.gguf --batch 4 --batch-groups 0", "--batch-groups '0' is not an integer >= 1"},
+        {"chat -m x.gguf --batch 4 --batch-groups -1", "--batch-groups '-1' is not an integer >= 1"},
         {"chat -m x.gguf --slots 6 --batch-groups 4", "--batch-groups 4 does not divide --batch 6"},
         {"bench -m x.gguf --batch 1,2,6 --batch-groups 4", "--batch-groups 4 does not divide --batch 6"},
     };
