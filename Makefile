@@ -136,7 +136,7 @@ FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c model/iq_grids.c $(w
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang $(FUZZ_FLAGS) -o $@ $^
-$(BUILD)/fuzz_json: test/fuzz/fuzz_json.c serve/json.c base/error.c
+$(BUILD)/fuzz_json: test/fuzz/fuzz_json.c serve/json.c text/unicode.c text/unicode_tables.c base/error.c
 	@mkdir -p $(@D)
 	clang $(FUZZ_FLAGS) -o $@ $^ -lm
 $(BUILD)/fuzz_http: test/fuzz/fuzz_http.c serve/http_parse.c base/error.c

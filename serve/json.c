@@ -5,6 +5,7 @@
  * against the RFC grammar first and only then converted with strtod, so
  * strtod's extensions (hex, inf, nan, leading '+') never get in. */
 #include "serve/json.h"
+#include "text/unicode.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -160,30 +161,6 @@ static int hex4(parser *p, unsigned *out)
     return 0;
 }
 
-static size_t utf8_encode(unsigned cp, unsigned char *o)
-{
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* A string literal at p->i (the opening quote). */
 static int parse_string(parser *p, char **out, size_t *out_len)
 {
@@ -259,8 +236,8 @@ static int parse_string(parser *p, char **out, size_t *out_len)
                 }
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
-            unsigned char u[4];
-            if (sb_put(&b, u, utf8_encode(cp, u))) {
+            char u[4];
+            if (sb_put(&b, u, utf8_put(cp, u))) {
                 rc = oom(p);
                 break;
             }
