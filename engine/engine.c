@@ -71,6 +71,7 @@ struct tokenizer *strata_tokenizer(const strata_engine *e) { return e->tok; }
 int strata_n_ctx(const strata_engine *e) { return e->n_ctx; }
 int strata_n_vocab(const strata_engine *e) { return e->m->hp.n_vocab; }
 int strata_backend(const strata_engine *e) { return e->backend; }
+int strata_cuda_available(const char **why) { return backend_cuda.available(why); }
 int strata_kv_type(const strata_engine *e) { return e->p.kv_type; }
 int strata_n_stages(const strata_engine *e) { return e->n_stages; }
 int strata_n_slots(const strata_engine *e) { return e->p.n_slots; }

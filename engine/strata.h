@@ -92,6 +92,9 @@ struct tokenizer *strata_tokenizer(const strata_engine *e);
 int strata_n_ctx(const strata_engine *e);
 int strata_n_vocab(const strata_engine *e);
 int strata_backend(const strata_engine *e);   /* the backend actually used */
+/* 1 if --backend auto would choose the CUDA backend here (a usable card and
+ * a CUDA build); else 0 and *why (may be NULL) says why. */
+int strata_cuda_available(const char **why);
 int strata_kv_type(const strata_engine *e);   /* the KV type actually used (never DEFAULT) */
 int strata_n_stages(const strata_engine *e);
 int strata_n_slots(const strata_engine *e);   /* sequences that may decode together */
