@@ -107,9 +107,19 @@ $(BUILD)/strata-tests: $(TEST_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libstrata.a $(CHECK_LIBS) $(LDLIBS)
 
 # The suites run in one runner so the output ends with Check's summary line.
-# STRATA_CLI lets the end-to-end suites drive the real binary.
+# STRATA_CLI lets the end-to-end suites drive the real binary.  The runner
+# gets a private TMPDIR so that its check for leftovers (test/test_tmp.c)
+# sees only its own files, not a parallel run's; that directory must be
+# empty at the end (rmdir), else the run fails and names what was left.
 test: $(BUILD)/strata-tests $(BUILD)/strata-cli
-	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests
+	@base=$$(mktemp -d "$${TMPDIR:-/tmp}/strata-make-test.XXXXXX") || exit 1; \
+	echo "TMPDIR=$$base STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests"; \
+	TMPDIR=$$base STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests; \
+	rc=$$?; \
+	if ! rmdir "$$base"; then \
+	    echo "make test: left behind in $$base:"; ls -A "$$base"; rm -rf "$$base"; rc=1; \
+	fi; \
+	exit $$rc
 
 asan:
 	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test

@@ -31,21 +31,14 @@ static const char *park_model(void)
 
 static strata_engine *open_engine(const char *split, int kv_resident)
 {
-    strata_params p = strata_params_default();
-    p.model_path = park_model();
-    p.backend = STRATA_BACKEND_CPU;
+    strata_params p = test_params(park_model(), STRATA_BACKEND_CPU);
     p.n_ctx = 4096;
     p.n_slots = 2;
     p.kv_resident = kv_resident;
     p.n_chunk = 64;
     p.n_threads = 1;
     p.layer_split = split;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 static strata_park *open_park(strata_engine *e, size_t mib, int slots)

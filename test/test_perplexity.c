@@ -58,28 +58,22 @@ static ppl_result perplexity(const char *cli, const char *model, const char *kv)
     return r;
 }
 
-/* Quantize the demo model to `type` in a temporary directory. */
+/* The demo model quantized to `type`: made once per run (a fixture), as
+ * both low-bit cases need the Q2_0 file. */
 static const char *quantize(const char *cli, const char *model, const char *type)
 {
-    static char path[2][512];
-    char *p = path[!strcmp(type, "q2_0")];
-    snprintf(p, sizeof path[0], "%s/demo.%s.gguf", test_tmpdir(), type);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' quantize -q '%s' '%s' %s 2>&1", cli, model, p, type);
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    ck_assert_msg(rc == 0, "%s: exit %d\n%s", cmd, rc, out ? out : "");
-    free(out);
-    return p;
+    char fmt[2048];
+    snprintf(fmt, sizeof fmt, "'%s' quantize -q '%s' '%%s' %s 2>&1", cli, model, type);
+    return test_fixture_cmd("demo-quant", fmt);
 }
 
 #define NEED_CLI_AND_MODEL()                                                  \
     const char *cli = test_cli();                                             \
     const char *model = test_demo_model();                                    \
     if (!cli)                                                                 \
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)"); \
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)"); \
     if (!model)                                                               \
-        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)")
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)")
 
 /* Measured on the CPU build (doc/perplexity.md): f16 17.68, k8v4 17.80. */
 START_TEST(test_ppl_q4_1)
@@ -114,7 +108,7 @@ START_TEST(test_ppl_q2_0)
     ppl_result k84 = perplexity(cli, q2, "k8v4");
     ck_assert_msg(k84.ppl > LOWBIT_LO && k84.ppl < LOWBIT_HI, "Q2_0 k8v4 ppl %.1f", k84.ppl);
     if (!slow_tests())
-        TEST_SKIP("Q2_0 with --kv f16 (set STRATA_SLOW_TESTS=1)");
+        TEST_SKIP("slow", "Q2_0 with --kv f16 (set STRATA_SLOW_TESTS=1)");
     ppl_result f16 = perplexity(cli, q2, "f16");
     ck_assert_msg(f16.ppl > LOWBIT_LO && f16.ppl < LOWBIT_HI, "Q2_0 f16 ppl %.1f", f16.ppl);
 }
@@ -132,7 +126,7 @@ START_TEST(test_ppl_iq3_xxs)
      * help: measured ~2x lower with either recipe */
     ck_assert_msg(k84.ppl < q2k.ppl, "IQ3_XXS %.1f not better than Q2_0 %.1f", k84.ppl, q2k.ppl);
     if (!slow_tests())
-        TEST_SKIP("IQ3_XXS with --kv f16 (set STRATA_SLOW_TESTS=1)");
+        TEST_SKIP("slow", "IQ3_XXS with --kv f16 (set STRATA_SLOW_TESTS=1)");
     ppl_result f16 = perplexity(cli, iq3, "f16");
     ck_assert_msg(f16.ppl > LOWBIT_LO && f16.ppl < LOWBIT_HI, "IQ3_XXS f16 ppl %.1f", f16.ppl);
 }
