@@ -346,17 +346,32 @@ static int make_by_command(const char *path, const void *arg, char *why, size_t 
     const char *fmt = arg; /* a command with one %s for the output path */
     char *out = NULL;
     int rc = test_runf(&out, fmt, path);
-    if (rc != 0)
-        snprintf(why, n_why, "exit %d: %.*s\n%.300s", rc, (int)(n_why / 2), fmt,
-                 out ? out : "");
+    if (rc != 0) {
+        /* what it printed, or the end of the file if it wrote its output there */
+        char tail[301] = "";
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            if (fseek(f, -300, SEEK_END) != 0)
+                rewind(f);
+            tail[fread(tail, 1, 300, f)] = '\0';
+            fclose(f);
+        }
+        snprintf(why, n_why, "exit %d: %.*s\n%.300s%s", rc, (int)(n_why / 2), fmt,
+                 out ? out : "", tail);
+    }
     free(out);
     return rc;
 }
 
 const char *test_fixture_cmd(const char *stem, const char *cmd_fmt)
 {
-    char key[160];
-    snprintf(key, sizeof key, "%s-%016llx.gguf", stem, (unsigned long long)fnv1a(cmd_fmt));
+    /* stem "name.ext": the file is name-HASH.ext */
+    char key[160], name[96];
+    const char *dot = strrchr(stem, '.');
+    int n = dot ? (int)(dot - stem) : (int)strlen(stem);
+    snprintf(name, sizeof name, "%.*s", n, stem);
+    snprintf(key, sizeof key, "%s-%016llx%s", name, (unsigned long long)fnv1a(cmd_fmt),
+             dot ? dot : "");
     return test_fixture(key, make_by_command, cmd_fmt);
 }
 
@@ -368,5 +383,5 @@ const char *test_mkmodel(const char *args)
     /* %% survives into the format test_fixture_cmd fills with the path */
     int n = snprintf(fmt, sizeof fmt, "'%s' mkmodel %s -o '%%s' 2>&1", cli, args);
     ck_assert_msg(n > 0 && (size_t)n < sizeof fmt, "mkmodel arguments too long: %s", args);
-    return test_fixture_cmd("mk", fmt);
+    return test_fixture_cmd("mk.gguf", fmt);
 }

@@ -79,7 +79,7 @@ void test_fill_normal(float *x, size_t n, float scale, uint64_t seed);
 typedef int (*test_make_fn)(const char *path, const void *arg, char *why, size_t n_why);
 const char *test_fixture(const char *key, test_make_fn make, const void *arg);
 /* A fixture made by a shell command: cmd_fmt has one %s, the output path;
- * the file is keyed by stem and a hash of the command. */
+ * the file is keyed by a hash of the command ("name.ext": name-HASH.ext). */
 const char *test_fixture_cmd(const char *stem, const char *cmd_fmt);
 /* `strata-cli mkmodel ARGS -o PATH` as a fixture (needs test_cli()). */
 const char *test_mkmodel(const char *args);
