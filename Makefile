@@ -2,7 +2,7 @@
 #
 #   make               build build/strata-cli and build/libstrata.a
 #   make test          build and run every libcheck suite (GPU ones skip without a GPU)
-#   make asan          the tests under AddressSanitizer + UBSan (CPU build)
+#   make asan          the tests under AddressSanitizer + UBSan (CPU build, small sets)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          run the GGUF reader fuzz target for FUZZ_SECONDS (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
@@ -121,8 +121,10 @@ test: $(BUILD)/strata-tests $(BUILD)/strata-cli
 	fi; \
 	exit $$rc
 
+# STRATA_TEST_SMALL: the suites' small sets (doc/README.md, "Tests"), so the
+# run fits CI on two cores.
 asan:
-	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
+	STRATA_TEST_SMALL=1 $(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
 
 # CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
 tsan:

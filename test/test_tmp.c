@@ -8,13 +8,17 @@
  *               that asks for the same generating parameters (Check forks a
  *               process per test, so a cache in memory would be lost)
  *   skips       the skip log the runner prints before its summary
- *   t*-XXXXXX   one per test_tmpdir() call, removed when the test's process
- *               exits (pass or fail), or at the end of the run
+ *   tPID-XXXXXX one per test_tmpdir() call, removed when the test's process
+ *               exits: Check ends a passing test with exit(), which runs
+ *               the handler; a failing one with _exit(), which does not, so
+ *               a failed (or crashed, or timed-out) test's directories stay
+ *               until the end of the run
  *
  * test_run_end removes the directory and fails the run if a test left
  * anything besides those, or if anything named strata-test-* / strata-skips-*
- * appeared beside it.  STRATA_KEEP_FAILED=1 keeps a failed test's
- * directories (moved to $TMPDIR/strata-kept-*, named on stderr). */
+ * appeared beside it.  STRATA_KEEP_FAILED=1 keeps the directories of failed
+ * tests for a post-mortem: moved to /tmp/strata-kept-* (or
+ * $STRATA_KEEP_DIR/strata-kept-*), each named on stderr. */
 #include "testutil.h"
 
 #include <dirent.h>
@@ -65,25 +69,31 @@ static int keep_failed(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
-/* on_exit handler in a test's process: Check ends a forked test with
- * exit(0) when it passed and exit(1) when an assertion failed. */
+/* on_exit handler in a test's process: the directories this process made. */
 static void drop_tmps(int status, void *arg)
 {
+    (void)status;
     (void)arg;
     pid_t me = getpid();
-    for (int i = 0; i < n_tmps; i++) {
-        if (!tmps[i].path || tmps[i].pid != me)
-            continue;
-        if (status != 0 && keep_failed()) {
-            char kept[600];
-            const char *slash = strrchr(tmps[i].path, '/');
-            snprintf(kept, sizeof kept, "%s/strata-kept%s", base_dir, slash ? slash : "/t");
-            if (rename(tmps[i].path, kept) == 0)
-                fprintf(stderr, "test failed: its files are kept in %s\n", kept);
-        } else {
+    for (int i = 0; i < n_tmps; i++)
+        if (tmps[i].path && tmps[i].pid == me)
             test_rm_rf(tmps[i].path);
+}
+
+/* A failed test's directory at the end of the run: kept or removed. */
+static void keep_or_drop(const char *path, const char *name)
+{
+    if (keep_failed()) {
+        const char *k = getenv("STRATA_KEEP_DIR");
+        char dst[1024];
+        snprintf(dst, sizeof dst, "%s/strata-kept-%s", k && *k ? k : "/tmp", name);
+        /* mv: the keep directory may be on another file system */
+        if (test_runf(NULL, "mv '%s' '%s'", path, dst) == 0) {
+            fprintf(stderr, "a failed test's files are kept in %s\n", dst);
+            return;
         }
     }
+    test_rm_rf(path);
 }
 
 static const char *base_tmp(void)
@@ -216,7 +226,16 @@ int test_run_end(char **before, int n_before)
             const char *n = de->d_name;
             if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "fixtures") || !strcmp(n, "skips"))
                 continue;
-            fprintf(stderr, "left behind by a test: %s/%s\n", run_dir, n);
+            int pid;
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", run_dir, n);
+            if (sscanf(n, "t%d-", &pid) == 1) {
+                /* a test_tmpdir of a test that did not pass (see above):
+                 * that test already counts as failed */
+                keep_or_drop(path, n);
+                continue;
+            }
+            fprintf(stderr, "left behind by a test: %s\n", path);
             bad++;
         }
         if (d)

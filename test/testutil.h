@@ -54,8 +54,8 @@ const char *test_root(void);
 /* 1 if `python3 -c "import MODS"` works (MODS comma-separated). */
 int test_have_python(const char *mods);
 /* A fresh directory inside the run's directory (test_tmp.c), removed when
- * the test's process exits, passed or failed, or at the end of the run.
- * Failing to make one fails the test. */
+ * the test passes, or at the end of the run when it failed (or kept then:
+ * STRATA_KEEP_FAILED).  Failing to make one fails the test. */
 const char *test_tmpdir(void);
 /* rm -rf of one path (0, or -1 with errno). */
 int test_rm_rf(const char *path);
