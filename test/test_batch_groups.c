@@ -281,7 +281,7 @@ END_TEST
     do {                                                                                    \
         const char *why_;                                                                   \
         if (!test_have_gpu(&why_))                                                          \
-            TEST_SKIP("gpu", why_);                                                                \
+            TEST_SKIP("gpu", why_);                                                         \
     } while (0)
 
 /* Stages sharing device 0: the same bits as one stage without groups, for

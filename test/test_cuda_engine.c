@@ -299,9 +299,9 @@ static const char *mkmodel(const char *name, const char *args)
     do {                                                                                    \
         const char *why_;                                                                   \
         if (!test_have_gpu(&why_))                                                          \
-            TEST_SKIP("gpu", why_);                                                                \
+            TEST_SKIP("gpu", why_);                                                         \
         if (!test_cli())                                                                    \
-            TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");                           \
+            TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");                    \
     } while (0)
 
 static const char *LLAMA = "--arch llama --layers 6 --dim 256 --heads 8 --kv-heads 2 --ff 768 --vocab 2048";
