@@ -17,7 +17,9 @@
 #endif
 
 /* The reason classes TEST_SKIP knows (testutil.h). */
-static const char *const skip_classes[] = {"python", "model", "gpu", "cli", "tool", "cpu", "slow"};
+/* "other": a one-argument TEST_SKIP whose reason names none of the others */
+static const char *const skip_classes[] = {"python", "model", "gpu",  "cli",
+                                           "tool",   "cpu",   "slow", "other"};
 
 static int known_class(const char *c, size_t n)
 {
@@ -25,6 +27,22 @@ static int known_class(const char *c, size_t n)
         if (strlen(skip_classes[i]) == n && !strncmp(skip_classes[i], c, n))
             return 1;
     return 0;
+}
+
+const char *test_skip_class_of(const char *why)
+{
+    static const struct {
+        const char *word, *cls;
+    } words[] = {
+        {"python", "python"}, {"STRATA_SLOW_TESTS", "slow"}, {"demo model", "model"},
+        {"CUDA", "gpu"},      {"GPU", "gpu"},                {"strata-cli", "cli"},
+        {"tmux", "tool"},     {"objdump", "tool"},           {"AVX", "cpu"},
+        {"x86", "cpu"},
+    };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (why && strstr(why, words[i].word))
+            return words[i].cls;
+    return "other";
 }
 
 int test_required(const char *cls)
@@ -47,7 +65,7 @@ int test_check_require(void)
         size_t len = strcspn(v, ",");
         if (len && !known_class(v, len)) {
             fprintf(stderr, "STRATA_REQUIRE: unknown class \"%.*s\" (known: python, model, gpu, "
-                            "cli, tool, cpu, slow)\n", (int)len, v);
+                            "cli, tool, cpu, slow, other)\n", (int)len, v);
             return -1;
         }
         v += len + (v[len] == ',');
@@ -59,13 +77,13 @@ void test_note_skip(const char *name, const char *cls, const char *why)
 {
     if (!known_class(cls, strlen(cls)))
         ck_abort_msg("%s: skip with unknown class \"%s\": %s", name, cls, why);
-    /* a required dependency missing is a failure, not a skip */
-    if (test_required(cls))
-        ck_abort_msg("%s: needs %s (STRATA_REQUIRE=%s): %s", name, cls, getenv("STRATA_REQUIRE"),
-                     why);
     /* START_TEST(x) defines x_fn: name the test as it is written */
     size_t n = strlen(name);
     int len = (int)(n > 3 && !strcmp(name + n - 3, "_fn") ? n - 3 : n);
+    /* a required dependency missing is a failure, not a skip */
+    if (test_required(cls))
+        ck_abort_msg("%.*s: needs %s (STRATA_REQUIRE=%s): %s", len, name, cls,
+                     getenv("STRATA_REQUIRE"), why);
     printf("SKIP %.*s [%s]: %s\n", len, name, cls, why);
     fflush(stdout);
     const char *log = getenv("STRATA_SKIP_LOG");
