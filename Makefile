@@ -3,7 +3,7 @@
 #   make               build build/strata-cli and build/libstrata.a
 #   make test          build and run every libcheck suite (GPU ones skip without a GPU)
 #   make layers        check that every #include between folders points down
-#   make asan          the tests under AddressSanitizer + UBSan (CPU build)
+#   make asan          the tests under AddressSanitizer + UBSan (CPU build, small sets)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP), FUZZ_SECONDS each (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
@@ -115,16 +115,28 @@ $(BUILD)/strata-tests: $(TEST_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libstrata.a $(CHECK_LIBS) $(LDLIBS)
 
 # The suites run in one runner so the output ends with Check's summary line.
-# STRATA_CLI lets the end-to-end suites drive the real binary.
+# STRATA_CLI lets the end-to-end suites drive the real binary.  The runner
+# gets a private TMPDIR so that its check for leftovers (test/test_tmp.c)
+# sees only its own files, not a parallel run's; that directory must be
+# empty at the end (rmdir), else the run fails and names what was left.
 test: layers $(BUILD)/strata-tests $(BUILD)/strata-cli
-	STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests
+	@base=$$(mktemp -d "$${TMPDIR:-/tmp}/strata-make-test.XXXXXX") || exit 1; \
+	echo "TMPDIR=$$base STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests"; \
+	TMPDIR=$$base STRATA_CLI=$(abspath $(BUILD)/strata-cli) STRATA_ROOT=$(CURDIR) $(BUILD)/strata-tests; \
+	rc=$$?; \
+	if ! rmdir "$$base"; then \
+	    echo "make test: left behind in $$base:"; ls -A "$$base"; rm -rf "$$base"; rc=1; \
+	fi; \
+	exit $$rc
 
 # Every #include between folders points down (doc/README.md, the floors).
 layers:
 	@scripts/check-layers.sh
 
+# STRATA_TEST_SMALL: the suites' small sets (doc/README.md, "Tests"), so the
+# run fits CI on two cores.
 asan:
-	$(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
+	STRATA_TEST_SMALL=1 $(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
 
 # CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
 tsan:

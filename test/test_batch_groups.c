@@ -47,20 +47,12 @@ static const char *tiny_model(void)
 static strata_engine *open_groups(const char *model, int backend, const char *split, int slots,
                                   int groups)
 {
-    strata_params p = strata_params_default();
-    p.model_path = model;
-    p.backend = backend;
+    strata_params p = test_params(model, backend);
     p.layer_split = split;
     p.n_slots = slots;
     p.batch_groups = groups;
     p.n_ctx = 256;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open(split %s, groups %d): %s", split ? split : "none", groups,
-                  err.msg);
-    return e;
+    return test_open(&p);
 }
 
 /* What a run of the eight conversations produced. */
@@ -240,11 +232,8 @@ END_TEST
 START_TEST(bad_batch_groups_are_clear_errors)
 {
     const char *model = tiny_model();
-    strata_params p = strata_params_default();
-    p.model_path = model;
-    p.backend = STRATA_BACKEND_CPU;
+    strata_params p = test_params(model, STRATA_BACKEND_CPU);
     p.layer_split = "2";
-    p.quiet = 1;
     strata_engine *e = NULL;
     strata_error err = {0};
     p.n_slots = 8;
@@ -265,7 +254,7 @@ START_TEST(bad_batch_groups_are_clear_errors)
     }
 
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     static const struct { const char *args, *says; } bad[] = {
         {"chat -m x.gguf --batch 4 --batch-groups 3", "--batch-groups 3 does not divide --batch 4"},
         {"chat -m x.gguf --batch-groups 2", "--batch-groups 2 does not divide --batch 1"},
@@ -292,7 +281,7 @@ END_TEST
     do {                                                                                    \
         const char *why_;                                                                   \
         if (!test_have_gpu(&why_))                                                          \
-            TEST_SKIP(why_);                                                                \
+            TEST_SKIP("gpu", why_);                                                         \
     } while (0)
 
 /* Stages sharing device 0: the same bits as one stage without groups, for
@@ -395,7 +384,7 @@ END_TEST
 
 START_TEST(cuda_batch_groups_need_cuda)
 {
-    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+    TEST_SKIP("gpu", "built without CUDA (nvcc not found or CUDA=0)");
 }
 END_TEST
 

@@ -198,7 +198,7 @@ START_TEST(demo_model_template)
 {
     const char *path = test_demo_model();
     if (!path)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     gguf *g;
     tokenizer *tk;
     chat_template t;

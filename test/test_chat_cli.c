@@ -28,7 +28,7 @@
 #define NEED_CLI()                                                            \
     const char *cli = test_cli();                                             \
     if (!cli)                                                                 \
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)")
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)")
 
 static const char *tiny_model(void)
 {
@@ -41,27 +41,40 @@ static const char *tiny_model(void)
 /* The tiny llama with output.weight all zeros: every logit is 0, so greedy
  * sampling takes the lowest id, MKMODEL_TOKEN_EOT (<|endoftext|>), a stop
  * token: every answer is empty. */
+static int make_silent(const char *p, const void *arg, char *why, size_t n_why)
+{
+    (void)arg;
+    /* a copy of the shared tiny llama: the fixture other tests read stays whole */
+    if (test_runf(NULL, "cp '%s' '%s'", tiny_model(), p) != 0) {
+        snprintf(why, n_why, "cannot copy %s to %s", tiny_model(), p);
+        return -1;
+    }
+    gguf *g = NULL;
+    strata_error err = {0};
+    if (gguf_open(p, &g, &err) != 0) {
+        snprintf(why, n_why, "%s", err.msg);
+        return -1;
+    }
+    const gguf_tensor *t = gguf_find_tensor(g, "output.weight");
+    long off = t ? (long)(gguf_data_offset(g) + t->offset) : 0;
+    size_t n = t ? t->nbytes : 0;
+    gguf_close(g);
+    unsigned char *zeros = calloc(n ? n : 1, 1);
+    FILE *f = fopen(p, "r+b");
+    int ok = t && zeros && f && fseek(f, off, SEEK_SET) == 0 && fwrite(zeros, 1, n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(zeros);
+    if (!ok)
+        snprintf(why, n_why, "cannot zero output.weight in %s", p);
+    return ok ? 0 : -1;
+}
+
 static const char *silent_model(void)
 {
     static const char *path;
-    if (path)
-        return path;
-    const char *p = test_tiny_llama("chat-cli-silent", 400, 11);
-    gguf *g = NULL;
-    strata_error err = {0};
-    ck_assert_msg(gguf_open(p, &g, &err) == 0, "%s", err.msg);
-    const gguf_tensor *t = gguf_find_tensor(g, "output.weight");
-    ck_assert_ptr_nonnull(t);
-    long off = (long)(gguf_data_offset(g) + t->offset);
-    size_t n = t->nbytes;
-    gguf_close(g);
-    unsigned char *zeros = calloc(n, 1);
-    FILE *f = fopen(p, "r+b");
-    ck_assert_msg(zeros && f && fseek(f, off, SEEK_SET) == 0 && fwrite(zeros, 1, n, f) == n,
-                  "cannot zero output.weight in %s", p);
-    ck_assert_int_eq(fclose(f), 0);
-    free(zeros);
-    path = p;
+    if (!path)
+        path = test_fixture("tiny-llama-silent-v400-s11.gguf", make_silent, NULL);
     return path;
 }
 
@@ -179,7 +192,7 @@ START_TEST(sigint_cancels_the_answer)
     NEED_CLI();
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)");
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)");
     const char *dir = test_tmpdir();
     char *out = NULL;
     /* The fifo keeps stdin open between the lines; the signal goes as soon
@@ -253,10 +266,10 @@ START_TEST(demo_chat_on_the_card)
     NEED_CLI();
     const char *why = NULL;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)");
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)");
     char *out = NULL;
     int rc = test_runf(&out, "printf 'What is the capital of France?\\n/stats\\nAnd of "
                              "Germany?\\n/stats\\n/quit\\n' | '%s' chat -m '%s' -n 64 --temp 0 "

@@ -19,12 +19,12 @@
 #define NEED_CLI()                                                            \
     const char *cli = test_cli();                                             \
     if (!cli)                                                                 \
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)")
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)")
 
 #define NEED_MODEL()                                                          \
     const char *model = test_demo_model();                                    \
     if (!model)                                                               \
-        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)")
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)")
 
 /* test_run on a formatted command line. */
 static int count_lines(const char *s)
@@ -267,19 +267,19 @@ END_TEST
 /* ---- chat on a pseudo-terminal (tmux) -------------------------------- */
 
 typedef struct tmux_t {
-    char sock[64], sess[32];
+    char sock[1024], sess[32];
 } tmux_t;
 
 static int tmux(const tmux_t *t, char **out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int tmux(const tmux_t *t, char **out, const char *fmt, ...)
 {
-    char args[2048], cmd[2300];
+    char args[2048], cmd[3200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "tmux -L %s %s 2>&1", t->sock, args);
+    snprintf(cmd, sizeof cmd, "tmux -S '%s' %s 2>&1", t->sock, args);
     return test_run(cmd, out);
 }
 
@@ -337,10 +337,13 @@ START_TEST(test_chat_tty)
     NEED_CLI();
     NEED_MODEL();
     if (system("command -v tmux >/dev/null 2>&1") != 0)
-        TEST_SKIP("tmux not installed (apt-get install tmux)");
-    /* a private server socket: never touches anyone else's tmux */
+        TEST_SKIP("tool", "tmux not installed (apt-get install tmux)");
+    /* a private server socket in the test's directory: never touches
+     * anyone else's tmux, and goes with the directory */
     tmux_t t;
-    snprintf(t.sock, sizeof t.sock, "strata-test-%d", (int)getpid());
+    const char *dir = test_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    snprintf(t.sock, sizeof t.sock, "%s/tmux.sock", dir);
     snprintf(t.sess, sizeof t.sess, "chat");
     /* On the CPU: a card finishes a 2000-token answer before the Ctrl-C
      * six seconds in (seen on the H200), and this test is about the front

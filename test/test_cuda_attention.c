@@ -174,7 +174,7 @@ START_TEST(decode_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     double worst_fast = 0.0, worst_plain = 0.0;
     /* chunk 0: the engine's; 64: many chunks and super-chunks (the two-level
      * fold) on contexts the CPU reference can afford */
@@ -267,7 +267,7 @@ START_TEST(prefill_matches_cpu_and_decode)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     struct {
         int p0, n;
     } runs[] = {{0, 37}, {250, 20}, {1000, 70}, {2040, 9}};
@@ -363,7 +363,7 @@ START_TEST(plain_fallback_shapes)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const shape odd[] = {{96, 2, 2}, {64, 1, 16}};
     for (int type = 0; type < 2; type++) {
         for (int si = 0; si < 2; si++) {
@@ -419,7 +419,7 @@ static Suite *cuda_attention_suite(void)
 
 START_TEST(cuda_attention_needs_cuda)
 {
-    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+    TEST_SKIP("gpu", "built without CUDA (nvcc not found or CUDA=0)");
 }
 END_TEST
 

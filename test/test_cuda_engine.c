@@ -48,21 +48,13 @@
 static strata_engine *open_kv(const char *path, int backend, const char *split, int slots,
                               int chunk, int kv)
 {
-    strata_params p = strata_params_default();
+    strata_params p = test_params(path, backend);
     p.kv_type = kv;
-    p.model_path = path;
-    p.backend = backend;
     p.layer_split = split;
     p.n_slots = slots;
     p.n_chunk = chunk;
     p.n_ctx = 512;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open(%s, %s): %s", path,
-                  backend == STRATA_BACKEND_CUDA ? "cuda" : "cpu", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 static strata_engine *open_on(const char *path, int backend, const char *split, int slots,
@@ -296,26 +288,23 @@ static void gpu_invariance(const char *path, int n_layers)
     strata_close(base);
 }
 
-/* Generate a model with mkmodel; returns its path (static buffer per call). */
+/* A model from mkmodel, made once per run (test_mkmodel: a fixture keyed
+ * by the arguments); the name is for the reader. */
 static const char *mkmodel(const char *name, const char *args)
 {
-    static char path[8][256];
-    static int slot;
-    char *p = path[slot++ % 8];
-    snprintf(p, 256, "%s/%s.gguf", test_tmpdir(), name);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s mkmodel %s --seed 3 -o %s >/dev/null 2>&1", test_cli(), args, p);
-    ck_assert_msg(test_run(cmd, NULL) == 0, "mkmodel failed: %s", cmd);
-    return p;
+    (void)name;
+    char a[1024];
+    snprintf(a, sizeof a, "%s --seed 3", args);
+    return test_mkmodel(a);
 }
 
 #define NEED_GPU()                                                                          \
     do {                                                                                    \
         const char *why_;                                                                   \
         if (!test_have_gpu(&why_))                                                          \
-            TEST_SKIP(why_);                                                                \
+            TEST_SKIP("gpu", why_);                                                         \
         if (!test_cli())                                                                    \
-            TEST_SKIP("strata-cli not built (STRATA_CLI unset)");                           \
+            TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");                    \
     } while (0)
 
 static const char *LLAMA = "--arch llama --layers 6 --dim 256 --heads 8 --kv-heads 2 --ff 768 --vocab 2048";
@@ -363,7 +352,7 @@ START_TEST(cuda_demo_model_matches_cpu)
     NEED_GPU();
     const char *m = test_demo_model();
     if (!m)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     gpu_matches_cpu(m, 24);
 }
 END_TEST
@@ -418,7 +407,7 @@ static Suite *cuda_engine_suite(void)
 
 START_TEST(cuda_engine_needs_cuda)
 {
-    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+    TEST_SKIP("gpu", "built without CUDA (nvcc not found or CUDA=0)");
 }
 END_TEST
 

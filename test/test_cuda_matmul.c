@@ -52,7 +52,7 @@ START_TEST(matmul_matches_reference)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     for (int ti = 0; ti < CW_NTYPES; ti++)
         for (int s = 0; s < (test_small() ? 2 : MM_NSHAPES); s++) {
             const int type = cw_types[ti];
@@ -88,7 +88,7 @@ START_TEST(matmul_equals_matvec_bitwise)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t rows = 300, cols = 4864, n = 70;
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
@@ -125,7 +125,7 @@ START_TEST(matmul_checks_scratch)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     strata_error err = {0};
     float *d = NULL;
     ck_assert(cudaMalloc((void **)&d, 1 << 20) == cudaSuccess);
@@ -146,7 +146,7 @@ START_TEST(grouped_equals_matvec_bitwise)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     enum { E = 7 };
     const int count[E] = {70, 0, 1, 64, 130, 9, 3};
     const int64_t rows = 300, cols = 1280;
@@ -220,7 +220,7 @@ START_TEST(grouped_checks_arguments)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     strata_error err = {0};
     float *d = NULL;
     ck_assert(cudaMalloc((void **)&d, 1 << 20) == cudaSuccess);
@@ -238,15 +238,15 @@ END_TEST
 
 #else
 
-START_TEST(matmul_matches_reference) { TEST_SKIP("built without CUDA"); }
+START_TEST(matmul_matches_reference) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matmul_equals_matvec_bitwise) { TEST_SKIP("built without CUDA"); }
+START_TEST(matmul_equals_matvec_bitwise) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matmul_checks_scratch) { TEST_SKIP("built without CUDA"); }
+START_TEST(matmul_checks_scratch) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(grouped_equals_matvec_bitwise) { TEST_SKIP("built without CUDA"); }
+START_TEST(grouped_equals_matvec_bitwise) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(grouped_checks_arguments) { TEST_SKIP("built without CUDA"); }
+START_TEST(grouped_checks_arguments) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 
 #endif

@@ -63,7 +63,7 @@ START_TEST(matvec_matches_reference)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     for (int ti = 0; ti < CW_NTYPES; ti++)
         for (int s = 0; s < MV_NSHAPES; s++)
             if (!test_small() || s < 2 || s == MV_NSHAPES - 1) /* clusters; the persistent loop */
@@ -81,7 +81,7 @@ START_TEST(matvec_batch_invariant)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t rows = 300, cols = 4864;
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
@@ -118,7 +118,7 @@ START_TEST(matvec_expert_by_pointer)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t rows = 96, cols = 512, ne = 3;
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
@@ -217,7 +217,7 @@ START_TEST(embed_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t rows = 37, cols = 768;
     const int32_t ids[] = {0, 36, 17, 8, 15, 16, 37, -1};
     const int nt = (int)(sizeof ids / sizeof ids[0]);
@@ -252,7 +252,7 @@ START_TEST(matvec_rejects_bad_arguments)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     strata_error err = {0};
     float *d = NULL;
     ck_assert(cudaMalloc((void **)&d, 4096) == cudaSuccess);
@@ -274,17 +274,17 @@ END_TEST
 
 #else
 
-START_TEST(matvec_matches_reference) { TEST_SKIP("built without CUDA"); }
+START_TEST(matvec_matches_reference) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matvec_batch_invariant) { TEST_SKIP("built without CUDA"); }
+START_TEST(matvec_batch_invariant) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matvec_expert_by_pointer) { TEST_SKIP("built without CUDA"); }
+START_TEST(matvec_expert_by_pointer) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matvec_experts_equal_one_by_one) { TEST_SKIP("built without CUDA"); }
+START_TEST(matvec_experts_equal_one_by_one) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(embed_matches_cpu) { TEST_SKIP("built without CUDA"); }
+START_TEST(embed_matches_cpu) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("built without CUDA"); }
+START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 
 #endif

@@ -51,7 +51,7 @@ START_TEST(rmsnorm_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t ns[] = {576, 896, 1001, 4096};
     const int rows_[] = {1, 3, 7};
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
@@ -98,7 +98,7 @@ START_TEST(rmsnorm_heads_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int hds[] = {64, 128, 256};
     for (int a = 0; a < 3; a++) {
         int hd = hds[a], nh = 5, rows = 3;
@@ -132,7 +132,7 @@ START_TEST(rope_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     struct {
         int hd, n_rot, neox, ff;
         float base, scale;
@@ -294,7 +294,7 @@ START_TEST(fused_ops_match_unfused)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     check_rope_qk(64, 9, 3, 5);
     check_rope_qk(128, 32, 8, 1);
     check_add_rmsnorm(576, 3);
@@ -312,7 +312,7 @@ START_TEST(elementwise_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t ns[] = {1, 1003, 4096, 14336 * 3};
     for (size_t a = 0; a < 4; a++) {
         int64_t n = ns[a];
@@ -440,7 +440,7 @@ START_TEST(kv_store_bit_exact)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int hds[] = {64, 128, 256};
     for (int type = 0; type < 2; type++) {
         for (int a = 0; a < 3; a++) {
@@ -522,7 +522,7 @@ START_TEST(argmax_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     const int64_t ns[] = {7, 1000, 49152, 151936};
     for (int a = 0; a < 4; a++) {
         int64_t n = ns[a], stride = n + 5;
@@ -550,7 +550,7 @@ START_TEST(sample_matches_cpu_chain)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     struct {
         float temp;
         int top_k;
@@ -618,7 +618,7 @@ START_TEST(moe_route_matches_cpu)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     struct {
         int ne, k, n_tok;
     } cs[] = {{8, 2, 5}, {64, 8, 37}, {128, 8, 130}, {256, 16, 3}};
@@ -731,7 +731,7 @@ static Suite *cuda_ops_suite(void)
 
 START_TEST(cuda_ops_need_cuda)
 {
-    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+    TEST_SKIP("gpu", "built without CUDA (nvcc not found or CUDA=0)");
 }
 END_TEST
 

@@ -23,20 +23,13 @@ static const int32_t prompt_b[] = {1, 9690, 30, 2683, 314, 253, 1345, 28, 288};
 
 static strata_engine *open_engine(const char *path, int kv, int chunk, const char *split, int slots)
 {
-    strata_params p = strata_params_default();
-    p.model_path = path;
-    p.backend = STRATA_BACKEND_CPU;
+    strata_params p = test_params(path, STRATA_BACKEND_CPU);
     p.kv_type = kv;
     p.n_chunk = chunk;
     p.layer_split = split;
     p.n_slots = slots;
     p.n_ctx = 512;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 /* Logits of every position of prompt, n x n_vocab (malloc'd). */
@@ -131,9 +124,9 @@ static void check_against_ref(int kv, const char *refkv, double tol)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     if (!test_have_python("numpy, gguf"))
-        TEST_SKIP("python3 with numpy and gguf not available");
+        TEST_SKIP("python", "python3 with numpy and gguf not available");
     compare_with_ref(model, prompt_b, (int)(sizeof prompt_b / sizeof prompt_b[0]), kv, refkv, tol);
 }
 
@@ -241,9 +234,9 @@ START_TEST(greedy_matches_reference)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     if (!test_have_python("numpy, gguf"))
-        TEST_SKIP("python3 with numpy and gguf not available");
+        TEST_SKIP("python", "python3 with numpy and gguf not available");
     char cmd[1024], *out = NULL;
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/ref_forward.py '%s' --tokens 504,3575,282,4649,314 "
              "--kv k8v4 --last --greedy 16 | grep '^greedy:'", test_root(), model);
@@ -276,7 +269,7 @@ START_TEST(split_and_chunk_do_not_change_a_bit)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     int n = (int)(sizeof prompt_b / sizeof prompt_b[0]);
     strata_engine *e = open_engine(model, STRATA_KV_DEFAULT, 256, NULL, 1);
     int V = strata_n_vocab(e);
@@ -304,7 +297,7 @@ START_TEST(batch_rows_equal_solo_rows)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(model, STRATA_KV_DEFAULT, 256, "12", 3);
     int V = strata_n_vocab(e);
     strata_error err = {0};
@@ -347,14 +340,13 @@ END_TEST
 static void arch_against_ref(const char *name, const char *args)
 {
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     if (!test_have_python("numpy, gguf"))
-        TEST_SKIP("python3 with numpy and gguf not available");
-    char path[256], cmd[1024];
-    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "%s mkmodel --arch %s --vocab 512 --type q8_0 --seed 5 -o %s "
-             ">/dev/null 2>&1", test_cli(), args, path);
-    ck_assert_msg(test_run(cmd, NULL) == 0, "mkmodel failed: %s", cmd);
+        TEST_SKIP("python", "python3 with numpy and gguf not available");
+    (void)name;
+    char a[512];
+    snprintf(a, sizeof a, "--arch %s --vocab 512 --type q8_0 --seed 5", args);
+    const char *path = test_mkmodel(a);
     int32_t toks[12];
     uint64_t seed = 99;
     for (int i = 0; i < 12; i++)
@@ -387,15 +379,11 @@ START_TEST(context_limit_is_a_clear_error)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
-    strata_params p = strata_params_default();
-    p.model_path = model;
-    p.backend = STRATA_BACKEND_CPU;
+        TEST_SKIP("model", "demo model not present (make model)");
+    strata_params p = test_params(model, STRATA_BACKEND_CPU);
     p.n_ctx = 6;
-    p.quiet = 1;
-    strata_engine *e = NULL;
+    strata_engine *e = test_open(&p);
     strata_error err = {0};
-    ck_assert_int_eq(strata_open(&p, &e, &err), 0);
     strata_seq *s = strata_seq_new(e, &err);
     ck_assert_int_eq(strata_seq_feed(s, prompt_a, 5, NULL, NULL, &err), 0);
     ck_assert_int_eq(strata_seq_feed(s, prompt_a, 2, NULL, NULL, &err), STRATA_E_LIMIT);
@@ -408,9 +396,7 @@ END_TEST
 
 START_TEST(bad_model_and_split_are_clear_errors)
 {
-    strata_params p = strata_params_default();
-    p.model_path = "/nonexistent/model.gguf";
-    p.quiet = 1;
+    strata_params p = test_params("/nonexistent/model.gguf", STRATA_BACKEND_AUTO);
     strata_engine *e = NULL;
     strata_error err = {0};
     ck_assert_int_ne(strata_open(&p, &e, &err), 0);
@@ -418,7 +404,7 @@ START_TEST(bad_model_and_split_are_clear_errors)
     ck_assert_msg(strstr(err.msg, "/nonexistent/model.gguf") != NULL, "message: %s", err.msg);
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     p.model_path = model;
     p.backend = STRATA_BACKEND_CPU;
     p.layer_split = "20,10";

@@ -379,9 +379,9 @@ START_TEST(demo_model_matches_python_gguf)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not found (run `make model`)");
+        TEST_SKIP("model", "demo model not found (run `make model`)");
     if (!test_have_python("gguf, numpy"))
-        TEST_SKIP("python3 with the gguf package not available");
+        TEST_SKIP("python", "python3 with the gguf package not available");
     cross_check(model);
     /* And what the model loader will ask for. */
     gguf *g = NULL;
@@ -401,7 +401,7 @@ END_TEST
 START_TEST(writer_output_matches_python_gguf)
 {
     if (!test_have_python("gguf, numpy"))
-        TEST_SKIP("python3 with the gguf package not available");
+        TEST_SKIP("python", "python3 with the gguf package not available");
     cross_check(write_roundtrip_file(0));
     cross_check(write_roundtrip_file(64));
 }
@@ -413,7 +413,7 @@ START_TEST(inspect_good_and_bad_file)
 {
     const char *cli = test_cli();
     if (!cli)
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
     const char *path = write_roundtrip_file(0);
     char cmd[1024];
     char *out = NULL;
@@ -461,8 +461,10 @@ START_TEST(inspect_demo_model)
 {
     const char *cli = test_cli();
     const char *model = test_demo_model();
-    if (!cli || !model)
-        TEST_SKIP(!cli ? "strata-cli not built" : "demo model not found (run `make model`)");
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    if (!model)
+        TEST_SKIP("model", "demo model not found (run `make model`)");
     char cmd[1024];
     char *out = NULL;
     snprintf(cmd, sizeof cmd, "'%s' inspect '%s'", cli, model);

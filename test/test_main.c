@@ -1,4 +1,9 @@
-/* test_main.c: one Check runner over every registered suite. */
+/* test_main.c: one Check runner over every registered suite.
+ *
+ * It owns the run's temporary directory (test_tmp.c): made before the first
+ * suite, removed after the last, and the run fails if a test left anything
+ * behind in it or beside it.  Check's own CK_RUN_SUITE / CK_RUN_CASE
+ * variables select suites and cases. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -15,18 +20,38 @@ void test_register_suite(suite_fn fn)
         suites[n_suites++] = fn;
 }
 
+/* Print the skip log (one line per skipped test, with its class). */
+static void print_skips(const char *skiplog)
+{
+    FILE *f = fopen(skiplog, "r");
+    if (!f)
+        return;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (n++ == 0)
+            printf("Skipped:\n");
+        printf("  %s", line);
+    }
+    fclose(f);
+}
+
 int main(int argc, char **argv)
 {
-    /* Model-level tests take longer than Check's 4 s default. */
-    setenv("CK_DEFAULT_TIMEOUT", "900", 0);
-    char skiplog[] = "/tmp/strata-skips-XXXXXX";
-    int fd = mkstemp(skiplog);
-    if (fd >= 0)
-        setenv("STRATA_SKIP_LOG", skiplog, 1);
-
-    /* Check's own CK_RUN_SUITE / CK_RUN_CASE variables select suites. */
     (void)argc;
     (void)argv;
+    /* Model-level tests take longer than Check's 4 s default. */
+    setenv("CK_DEFAULT_TIMEOUT", "900", 0);
+    if (test_check_require() != 0)
+        return 2;
+    char **before = NULL;
+    int n_before = test_snapshot_names(&before);
+    if (test_run_begin() != 0)
+        return 2;
+    char skiplog[1024];
+    snprintf(skiplog, sizeof skiplog, "%s/skips", test_run_dir());
+    setenv("STRATA_SKIP_LOG", skiplog, 1);
+
     SRunner *sr = NULL;
     for (int i = 0; i < n_suites; i++) {
         Suite *s = suites[i]();
@@ -40,22 +65,18 @@ int main(int argc, char **argv)
         return 1;
     }
     srunner_run_all(sr, CK_NORMAL);
+    print_skips(skiplog);
 
-    FILE *f = fopen(skiplog, "r");
-    if (f) {
-        char line[1024];
-        int n = 0;
-        while (fgets(line, sizeof line, f)) {
-            if (n++ == 0)
-                printf("Skipped:\n");
-            printf("  %s", line);
-        }
-        fclose(f);
-        remove(skiplog);
-    }
     int failed = srunner_ntests_failed(sr);
+    int left = test_run_end(before, n_before);
+    for (int i = 0; i < n_before; i++)
+        free(before[i]);
+    free(before);
+    if (left)
+        printf("%d temporary file(s) or directory(ies) left behind (named above): failing the run\n",
+               left);
     /* The last line is Check's own summary. */
     srunner_print(sr, CK_MINIMAL);
     srunner_free(sr);
-    return failed ? 1 : 0;
+    return failed || left ? 1 : 0;
 }

@@ -120,7 +120,7 @@ START_TEST(fast_matches_reference)
     test_fill_normal(x, n * cols, 1.0f, 9);
     for (int isa = 0; isa <= 1; isa++) {
         if (cpu_matmul_fast_set_isa(isa) != isa) {
-            test_note_skip("fast_matches_reference (AVX2 kernels)", "CPU lacks AVX2/FMA/F16C");
+            test_note_skip("fast_matches_reference (AVX2 kernels)", "cpu", "CPU lacks AVX2/FMA/F16C");
             continue;
         }
         for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -169,7 +169,7 @@ START_TEST(avx2_kernels_match_scalar_twins)
     const int64_t rows = 37, cols = 768, n = 5;
     const int avx2 = fast_cpu_avx2_ok();
     if (!avx2)
-        test_note_skip("avx2_kernels_match_scalar_twins (AVX2 half)", "CPU lacks AVX2/FMA/F16C");
+        test_note_skip("avx2_kernels_match_scalar_twins (AVX2 half)", "cpu", "CPU lacks AVX2/FMA/F16C");
     float *x = malloc(n * cols * sizeof *x), *wf = malloc(rows * cols * sizeof *wf);
     float *ys = malloc(n * rows * sizeof *ys), *yv = malloc(n * rows * sizeof *yv);
     test_fill_normal(x, n * cols, 1.0f, 13);
@@ -284,19 +284,19 @@ static int is_dispatched_name(const char *fn)
 START_TEST(no_avx_outside_dispatched_functions)
 {
 #if !defined(__x86_64__)
-    TEST_SKIP("not x86-64");
+    TEST_SKIP("cpu", "not x86-64");
 #else
     if (test_run("command -v objdump >/dev/null 2>&1", NULL) != 0)
-        TEST_SKIP("objdump not found");
+        TEST_SKIP("tool", "objdump not found");
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 32);
     if (len <= 0)
-        TEST_SKIP("cannot read /proc/self/exe");
+        TEST_SKIP("tool", "cannot read /proc/self/exe");
     exe[len] = '\0';
     char *slash = strrchr(exe, '/');
     strcpy(slash + 1, "libstrata.a");
     if (access(exe, R_OK) != 0)
-        TEST_SKIP("no libstrata.a next to strata-tests");
+        TEST_SKIP("tool", "no libstrata.a next to strata-tests");
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn '%s'", exe);
     FILE *p = popen(cmd, "r");

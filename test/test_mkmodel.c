@@ -57,7 +57,7 @@ static int run_cli(const char *args, const char *out, char **output)
 START_TEST(mkmodel_tiny_models_check_out)
 {
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     int have_py = test_have_python("gguf, numpy");
     const char *dir = test_tmpdir();
     for (size_t i = 0; i < sizeof tinies / sizeof tinies[0]; i++) {
@@ -105,7 +105,7 @@ START_TEST(mkmodel_tiny_models_check_out)
         free(out);
     }
     if (!have_py)
-        TEST_SKIP("python3 with gguf+numpy missing: file checks and reference run skipped");
+        TEST_SKIP("python", "python3 with gguf+numpy missing: file checks and reference run skipped");
 }
 END_TEST
 
@@ -119,7 +119,7 @@ static int files_equal(const char *a, const char *b)
 START_TEST(mkmodel_same_seed_same_bytes)
 {
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     const char *dir = test_tmpdir();
     const char *base = "-q --arch qwen3 --layers 1 --dim 256 --heads 2 --kv-heads 1 --head-dim 64 "
                        "--ff 512 --type iq3_xxs";
@@ -152,7 +152,7 @@ END_TEST
 START_TEST(mkmodel_bad_arguments_exit_2)
 {
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     static const struct { const char *args, *says; } bad[] = {
         {"--layers 2 --dim 64 --heads 4 --ff 128 --type f32", "--arch is required"},
         {"--arch gpt5 --layers 2 --dim 64 --heads 4 --ff 128 --type f32", "gpt5"},

@@ -31,25 +31,18 @@ static const char *park_model(void)
 
 static strata_engine *open_engine_kv(const char *split, int kv_resident, int kv_type)
 {
-    strata_params p = strata_params_default();
+    strata_params p = test_params(park_model(), STRATA_BACKEND_CPU);
     p.kv_type = kv_type;
-    p.model_path = park_model();
-    p.backend = STRATA_BACKEND_CPU;
     p.n_ctx = 4096;
     p.n_slots = 2;
     p.kv_resident = kv_resident;
     p.n_chunk = 64;
     p.n_threads = 1;
     p.layer_split = split;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
-/* The default KV type: k8v4r (the tiny llama's heads are 32 wide). */
+/* The default KV type (k8v4); the image-type cases pass k8v4r and f16 themselves. */
 static strata_engine *open_engine(const char *split, int kv_resident)
 {
     return open_engine_kv(split, kv_resident, STRATA_KV_DEFAULT);

@@ -27,18 +27,12 @@ static strata_engine *open_cuda(void)
     static const char *path;
     if (!path)
         path = test_tiny_llama("park-cuda-llama", N_VOCAB, 9);
-    strata_params p = strata_params_default();
-    p.model_path = path;
-    p.backend = STRATA_BACKEND_CUDA;
+    strata_params p = test_params(path, STRATA_BACKEND_CUDA);
     p.n_ctx = 4096;
     p.n_slots = 2;
     p.n_chunk = 64;
     p.layer_split = "1,2,3";
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    ck_assert_msg(strata_open(&p, &e, &err) == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 /* Stage i's pool with its buffers read back into host memory. */
@@ -105,7 +99,7 @@ START_TEST(park_cuda_roundtrip)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     strata_engine *e = open_cuda();
     strata_error err = {0};
     strata_park *pk = park_new(e, 64, 16, &err);
@@ -186,7 +180,7 @@ static Suite *park_cuda_suite(void)
 
 START_TEST(park_cuda_needs_cuda)
 {
-    TEST_SKIP("built without CUDA (nvcc not found or CUDA=0)");
+    TEST_SKIP("gpu", "built without CUDA (nvcc not found or CUDA=0)");
 }
 END_TEST
 

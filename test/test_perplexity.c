@@ -37,15 +37,17 @@ static int slow_tests(void)
     return v && atoi(v) > 0;
 }
 
-/* Run the recorded command; parse its final line. */
+/* Run the recorded command; parse its final line.  Its output is a fixture
+ * (made once per run): two cases need Q2_0's k8v4 figure. */
 static ppl_result perplexity(const char *cli, const char *model, const char *kv)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' perplexity -m '%s' -f '%s/" TEXT "' -c 256 --kv %s 2>&1",
+    char fmt[2048];
+    snprintf(fmt, sizeof fmt, "'%s' perplexity -m '%s' -f '%s/" TEXT "' -c 256 --kv %s >'%%s' 2>&1",
              cli, model, test_root(), kv);
+    const char *log = test_fixture_cmd("ppl.txt", fmt);
     char *out = NULL;
-    int rc = test_run(cmd, &out);
-    ck_assert_msg(rc == 0, "%s: exit %d\n%s", cmd, rc, out ? out : "");
+    int rc = test_runf(&out, "cat '%s'", log);
+    ck_assert_msg(rc == 0 && out, "cannot read %s", log);
     const char *fin = strstr(out, "final: ppl=");
     ppl_result r = {0, 0, 0};
     ck_assert_msg(fin && sscanf(fin, "final: ppl=%lf +/- %lf tokens=%d", &r.ppl, &r.err,
@@ -59,28 +61,22 @@ static ppl_result perplexity(const char *cli, const char *model, const char *kv)
     return r;
 }
 
-/* Quantize the demo model to `type` in a temporary directory. */
+/* The demo model quantized to `type`: made once per run (a fixture), as
+ * both low-bit cases need the Q2_0 file. */
 static const char *quantize(const char *cli, const char *model, const char *type)
 {
-    static char path[2][512];
-    char *p = path[!strcmp(type, "q2_0")];
-    snprintf(p, sizeof path[0], "%s/demo.%s.gguf", test_tmpdir(), type);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' quantize -q '%s' '%s' %s 2>&1", cli, model, p, type);
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    ck_assert_msg(rc == 0, "%s: exit %d\n%s", cmd, rc, out ? out : "");
-    free(out);
-    return p;
+    char fmt[2048];
+    snprintf(fmt, sizeof fmt, "'%s' quantize -q '%s' '%%s' %s 2>&1", cli, model, type);
+    return test_fixture_cmd("demo-quant.gguf", fmt);
 }
 
 #define NEED_CLI_AND_MODEL()                                                  \
     const char *cli = test_cli();                                             \
     const char *model = test_demo_model();                                    \
     if (!cli)                                                                 \
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset; run via make test)"); \
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)"); \
     if (!model)                                                               \
-        TEST_SKIP("demo model not found (make model, or STRATA_MODEL)")
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)")
 
 /* Measured on the CPU build (doc/perplexity.md): f16 17.676, k8v4 17.663
  * (-0.07 %), k8v4r 17.942 (+1.5 %).  On 635 scored tokens these moves are
@@ -115,14 +111,23 @@ END_TEST
 #define LOWBIT_LO (100 * Q4_1_HI)
 #define LOWBIT_HI 1e7
 
+/* The small set (STRATA_TEST_SMALL: make asan) keeps the Q4_1 case: the
+ * low-bit ones add two quantizations of the demo model and three more runs
+ * of 1529 tokens, the longest part of an AddressSanitizer run, through the
+ * same code. */
+#define NOT_IN_SMALL_SET()                                                    \
+    if (test_small())                                                         \
+        TEST_SKIP("slow", "low-bit perplexity is not in the small set (STRATA_TEST_SMALL)")
+
 START_TEST(test_ppl_q2_0)
 {
+    NOT_IN_SMALL_SET();
     NEED_CLI_AND_MODEL();
     const char *q2 = quantize(cli, model, "q2_0");
     ppl_result k84 = perplexity(cli, q2, "k8v4");
     ck_assert_msg(k84.ppl > LOWBIT_LO && k84.ppl < LOWBIT_HI, "Q2_0 k8v4 ppl %.1f", k84.ppl);
     if (!slow_tests())
-        TEST_SKIP("Q2_0 with --kv f16 (set STRATA_SLOW_TESTS=1)");
+        TEST_SKIP("slow", "Q2_0 with --kv f16 (set STRATA_SLOW_TESTS=1)");
     ppl_result f16 = perplexity(cli, q2, "f16");
     ck_assert_msg(f16.ppl > LOWBIT_LO && f16.ppl < LOWBIT_HI, "Q2_0 f16 ppl %.1f", f16.ppl);
 }
@@ -130,6 +135,7 @@ END_TEST
 
 START_TEST(test_ppl_iq3_xxs)
 {
+    NOT_IN_SMALL_SET();
     NEED_CLI_AND_MODEL();
     const char *iq3 = quantize(cli, model, "iq3_xxs");
     const char *q2 = quantize(cli, model, "q2_0");
@@ -140,7 +146,7 @@ START_TEST(test_ppl_iq3_xxs)
      * help: measured ~2x lower with either recipe */
     ck_assert_msg(k84.ppl < q2k.ppl, "IQ3_XXS %.1f not better than Q2_0 %.1f", k84.ppl, q2k.ppl);
     if (!slow_tests())
-        TEST_SKIP("IQ3_XXS with --kv f16 (set STRATA_SLOW_TESTS=1)");
+        TEST_SKIP("slow", "IQ3_XXS with --kv f16 (set STRATA_SLOW_TESTS=1)");
     ppl_result f16 = perplexity(cli, iq3, "f16");
     ck_assert_msg(f16.ppl > LOWBIT_LO && f16.ppl < LOWBIT_HI, "IQ3_XXS f16 ppl %.1f", f16.ppl);
 }

@@ -549,7 +549,7 @@ static void python_compare(const char *tname, const void *blocks, int64_t n)
 START_TEST(own_blocks_match_python_gguf)
 {
     if (!test_have_python("gguf,numpy"))
-        TEST_SKIP("python3 with gguf and numpy not available");
+        TEST_SKIP("python", "python3 with gguf and numpy not available");
     static const char *types[] = {"F16", "BF16", "Q8_0", "Q4_0", "Q2_0", "IQ3_XXS"};
     const int64_t n = 256 * 32;
     float *x = malloc(n * sizeof *x);
@@ -571,7 +571,7 @@ END_TEST
 START_TEST(random_blocks_match_python_gguf)
 {
     if (!test_have_python("gguf,numpy"))
-        TEST_SKIP("python3 with gguf and numpy not available");
+        TEST_SKIP("python", "python3 with gguf and numpy not available");
     static const struct { const char *name; int scale_offs[2]; } types[] = {
         {"Q4_1", {0, 2}}, {"Q5_0", {0, -1}}, {"Q5_1", {0, 2}}, {"IQ4_NL", {0, -1}},
         {"Q4_K", {0, 2}}, {"Q6_K", {208, -1}}, {"IQ3_XXS", {0, -1}}, {"Q2_0", {0, -1}},
@@ -605,9 +605,9 @@ START_TEST(demo_model_tensors_match_python_gguf)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present");
+        TEST_SKIP("model", "demo model not present");
     if (!test_have_python("gguf,numpy"))
-        TEST_SKIP("python3 with gguf and numpy not available");
+        TEST_SKIP("python", "python3 with gguf and numpy not available");
     static const char *names[] = {"blk.0.attn_k.weight", "blk.5.ffn_down.weight",
                                   "token_embd.weight", "blk.0.attn_norm.weight"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -667,7 +667,7 @@ static void quantize_and_check(const char *in, const char *type, const char *ext
     ck_assert_ptr_nonnull(strstr(txt, "bits per weight"));
     free(txt);
     if (!test_have_python("gguf,numpy")) {
-        test_note_skip("quantize_output_python_check", "python3 with gguf and numpy not available");
+        test_note_skip("quantize_output_python_check", "python", "python3 with gguf and numpy not available");
         return;
     }
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py check-file %s %s 2>&1",
@@ -681,7 +681,7 @@ static void quantize_and_check(const char *in, const char *type, const char *ext
 START_TEST(cli_quantizes_a_small_model)
 {
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     char in[1024], cmd[4096], *txt = NULL;
     snprintf(in, sizeof in, "%s/small-f16.gguf", test_tmpdir());
     /* dim 320 is not a multiple of 256: exercises the IQ3_XXS -> Q2_0 fallback;
@@ -692,7 +692,7 @@ START_TEST(cli_quantizes_a_small_model)
     int rc = test_run(cmd, &txt);
     if (rc != 0) {
         free(txt);
-        TEST_SKIP("strata-cli mkmodel not available");
+        TEST_SKIP("cli", "strata-cli mkmodel not available");
     }
     free(txt);
     quantize_and_check(in, "iq3_xxs", "");
@@ -717,11 +717,15 @@ END_TEST
  * gguf package. */
 START_TEST(cli_quantizes_the_demo_model)
 {
+    /* the small set (STRATA_TEST_SMALL: make asan) leaves the 26.5M-weight
+     * grid search out: cli_quantizes_a_small_model takes the same code */
+    if (test_small())
+        TEST_SKIP("slow", "quantizing the demo model is not in the small set (STRATA_TEST_SMALL)");
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model not present");
+        TEST_SKIP("model", "demo model not present");
     if (!test_cli())
-        TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     quantize_and_check(model, "q2_0", "");
     quantize_and_check(model, "iq3_xxs", "");
 }

@@ -651,7 +651,7 @@ START_TEST(cli_writes_every_type)
     }
     remove(in);
     if (!py)
-        test_note_skip("cli_writes_every_type_python", "python3 with gguf and numpy not available");
+        test_note_skip("cli_writes_every_type_python", "python", "python3 with gguf and numpy not available");
 }
 END_TEST
 

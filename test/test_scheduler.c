@@ -24,18 +24,11 @@
 
 static strata_engine *open_engine(int slots)
 {
-    strata_params p = strata_params_default();
-    p.model_path = test_demo_model();
-    p.backend = STRATA_BACKEND_CPU;
+    strata_params p = test_params(test_demo_model(), STRATA_BACKEND_CPU);
     p.n_slots = slots;
     p.n_ctx = 384;
     p.n_chunk = 32;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    int rc = strata_open(&p, &e, &err);
-    ck_assert_msg(rc == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 /* n deterministic prompt tokens (ordinary vocabulary, no control ids). */
@@ -74,7 +67,7 @@ static int collect_token(int32_t tok, const char *text, size_t len, void *user)
 START_TEST(eight_conversations_equal_solo)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     enum { N = 8, GEN = 4 };
     static const int lens[N] = {3, 21, 7, 12, 30, 5, 17, 9};
     strata_engine *e = open_engine(4);
@@ -147,7 +140,7 @@ END_TEST
 START_TEST(long_prompt_does_not_stop_the_others)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     enum { N = 4, LONG = 300, GEN = 12, LONG_GEN = 3 };
     static const int lens[N] = {6, 9, 4, LONG};
     strata_engine *e = open_engine(4);
@@ -216,7 +209,7 @@ END_TEST
 START_TEST(cancel_frees_the_slot)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(1);
     int32_t *pa = make_prompt(5, 1), *pb = make_prompt(6, 2), *pc = make_prompt(4, 3);
     int32_t want_b[3];
@@ -336,7 +329,7 @@ static void *submit_thread(void *arg)
 START_TEST(concurrent_submitters)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     enum { T = 4 };
     strata_engine *e = open_engine(2);
     int32_t *p0 = make_prompt(4, 11), *p1 = make_prompt(7, 12), want[2][3];
@@ -377,7 +370,7 @@ END_TEST
 START_TEST(free_with_pending_requests)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(1);
     int32_t *p = make_prompt(5, 7);
     strata_error err = {0};
@@ -431,7 +424,7 @@ static int append_text(int32_t tok, const char *text, size_t len, void *user)
 START_TEST(chat_messages_request)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(2);
     strata_error err = {0};
     strata_sched *s = sched_new(e, NULL, &err);
@@ -462,7 +455,7 @@ END_TEST
 START_TEST(bad_requests_are_refused)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(1);
     strata_error err = {0};
     strata_sched *s = sched_new(e, NULL, &err);
@@ -530,18 +523,13 @@ static strata_engine *cache_engine(const cache_conf *c)
         setenv("STRATA_STAGE_COPY_PARALLEL", c->parallel, 1);
     else
         unsetenv("STRATA_STAGE_COPY_PARALLEL");
-    strata_params p = strata_params_default();
-    p.model_path = cache_model();
-    p.backend = cc_backend;
+    strata_params p = test_params(cache_model(), cc_backend);
     p.n_slots = 2;
     p.n_ctx = 256;
     p.n_chunk = 16;
     p.n_threads = 1;
     p.layer_split = c->split;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    ck_assert_msg(strata_open(&p, &e, &err) == 0, "strata_open: %s", err.msg);
+    strata_engine *e = test_open(&p);
     unsetenv("STRATA_STAGE_COPY_PARALLEL");
     return e;
 }
@@ -701,7 +689,7 @@ START_TEST(cache_split_serial_parallel_cuda)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     cc_backend = STRATA_BACKEND_CUDA;
     split_serial_parallel();
     cc_backend = STRATA_BACKEND_CPU;
@@ -715,7 +703,7 @@ END_TEST
 START_TEST(cache_chat_messages_continue)
 {
     if (!test_demo_model())
-        TEST_SKIP("demo model not present (make model)");
+        TEST_SKIP("model", "demo model not present (make model)");
     strata_engine *e = open_engine(1);
     /* reuse 0: the cache restores the first turn; 1: it stays resident in
      * the slot and the second turn reads only what is new. */

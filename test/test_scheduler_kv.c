@@ -37,20 +37,14 @@ static int kv_backend = STRATA_BACKEND_CPU;   /* the cuda case sets it */
 
 static strata_engine *kv_engine(int slots, int n_ctx, int kv_pages, const char *split)
 {
-    strata_params p = strata_params_default();
-    p.model_path = kv_model();
-    p.backend = kv_backend;
+    strata_params p = test_params(kv_model(), kv_backend);
     p.n_slots = slots;
     p.n_ctx = n_ctx;
     p.n_chunk = 16;
     p.n_threads = 1;
     p.kv_resident = kv_pages * KV_PAGE;
     p.layer_split = split;
-    p.quiet = 1;
-    strata_engine *e = NULL;
-    strata_error err = {0};
-    ck_assert_msg(strata_open(&p, &e, &err) == 0, "strata_open: %s", err.msg);
-    return e;
+    return test_open(&p);
 }
 
 static void rand_tokens(int32_t *t, int n, uint64_t seed)
@@ -431,7 +425,7 @@ START_TEST(exhausted_pool_parks_and_resumes_cuda)
 {
     const char *why;
     if (!test_have_gpu(&why))
-        TEST_SKIP(why);
+        TEST_SKIP("gpu", why);
     kv_backend = STRATA_BACKEND_CUDA;
     parks_and_resumes();
     kv_backend = STRATA_BACKEND_CPU;
@@ -560,8 +554,9 @@ END_TEST
 
 static Suite *scheduler_kv_suite(void)
 {
-    /* Named like test_scheduler.c's suite: CK_RUN_SUITE=scheduler runs both. */
-    Suite *s = suite_create("scheduler");
+    /* its own name (test_scheduler.c's is "scheduler"), so it can be run
+     * and timed alone: CK_RUN_SUITE=scheduler_kv */
+    Suite *s = suite_create("scheduler_kv");
     TCase *resident = tcase_create("resident");
     tcase_set_timeout(resident, 900);
     tcase_add_test(resident, resident_turns_read_only_new_tokens);

@@ -174,7 +174,7 @@ static void check_rule(const char *rule, enum tok_pre pre)
 START_TEST(pretokenizers_match_regex)
 {
     if (!test_have_python("regex"))
-        TEST_SKIP("python3 module regex missing");
+        TEST_SKIP("python", "python3 module regex missing");
     check_rule("gpt2", TOK_PRE_GPT2);
     check_rule("smollm", TOK_PRE_SMOLLM);
     check_rule("qwen2", TOK_PRE_QWEN2);
@@ -188,7 +188,7 @@ START_TEST(demo_properties)
 {
     tokenizer *t = load_demo();
     if (!t)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     ck_assert_uint_eq(tokenizer_n_vocab(t), 49152);
     ck_assert_int_eq(tokenizer_pre(t), TOK_PRE_SMOLLM);
     ck_assert_int_eq(tokenizer_bos(t), 1);
@@ -209,9 +209,9 @@ START_TEST(demo_matches_hf_tokenizers)
 {
     const char *model = test_demo_model();
     if (!model)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     if (!test_have_python("gguf,tokenizers"))
-        TEST_SKIP("python3 modules gguf, tokenizers missing");
+        TEST_SKIP("python", "python3 modules gguf, tokenizers missing");
     tokenizer *t = load_demo();
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/tok_check.py %s %s/test/data/tok_corpus.txt",
@@ -287,7 +287,7 @@ START_TEST(demo_stream_decode)
 {
     tokenizer *t = load_demo();
     if (!t)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     stream_check(t, "😀😃😄 👨‍👩‍👧‍👦 🇺🇸");
     stream_check(t, "我爱北京天安门，繁體中文測試");
     stream_check(t, "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 and ﬁ and e\xCC\x81");
@@ -315,7 +315,7 @@ START_TEST(demo_invalid_utf8)
 {
     tokenizer *t = load_demo();
     if (!t)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     /* Every byte here has a byte token in the demo vocabulary.  0xFE and
      * 0xFF do not (they never occur in UTF-8): those encode to unk. */
     static const char s[] = "ok \xC3 cut \xE2\x82 \xED\xA0\x80 surrogate \x80x \xF0\x9F\x98";
@@ -341,7 +341,7 @@ START_TEST(demo_encode_speed)
 {
     tokenizer *t = load_demo();
     if (!t)
-        TEST_SKIP("demo model missing (make model)");
+        TEST_SKIP("model", "demo model missing (make model)");
     static const char para[] =
         "The engine reads the GGUF file, builds the tokenizer and runs the layers. "
         "Numbers like 3.14159 and 2024-05-09, code like for (int i = 0; i < n; i++) "

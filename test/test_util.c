@@ -11,21 +11,85 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "model/make/mkmodel.h"
-#include "model/quant.h"
 
 #ifdef STRATA_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
-void test_note_skip(const char *name, const char *why)
+/* The reason classes TEST_SKIP knows (testutil.h). */
+/* "other": a one-argument TEST_SKIP whose reason names none of the others */
+static const char *const skip_classes[] = {"python", "model", "gpu",  "cli",
+                                           "tool",   "cpu",   "slow", "other"};
+
+static int known_class(const char *c, size_t n)
 {
-    printf("SKIP %s: %s\n", name, why);
+    for (size_t i = 0; i < sizeof skip_classes / sizeof *skip_classes; i++)
+        if (strlen(skip_classes[i]) == n && !strncmp(skip_classes[i], c, n))
+            return 1;
+    return 0;
+}
+
+const char *test_skip_class_of(const char *why)
+{
+    static const struct {
+        const char *word, *cls;
+    } words[] = {
+        {"python", "python"}, {"STRATA_SLOW_TESTS", "slow"}, {"demo model", "model"},
+        {"CUDA", "gpu"},      {"GPU", "gpu"},                {"strata-cli", "cli"},
+        {"tmux", "tool"},     {"objdump", "tool"},           {"AVX", "cpu"},
+        {"x86", "cpu"},
+    };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (why && strstr(why, words[i].word))
+            return words[i].cls;
+    return "other";
+}
+
+int test_required(const char *cls)
+{
+    const char *v = getenv("STRATA_REQUIRE");
+    size_t n = strlen(cls);
+    while (v && *v) {
+        size_t len = strcspn(v, ",");
+        if (len == n && !strncmp(v, cls, n))
+            return 1;
+        v += len + (v[len] == ',');
+    }
+    return 0;
+}
+
+int test_check_require(void)
+{
+    const char *v = getenv("STRATA_REQUIRE");
+    while (v && *v) {
+        size_t len = strcspn(v, ",");
+        if (len && !known_class(v, len)) {
+            fprintf(stderr, "STRATA_REQUIRE: unknown class \"%.*s\" (known: python, model, gpu, "
+                            "cli, tool, cpu, slow, other)\n", (int)len, v);
+            return -1;
+        }
+        v += len + (v[len] == ',');
+    }
+    return 0;
+}
+
+void test_note_skip(const char *name, const char *cls, const char *why)
+{
+    if (!known_class(cls, strlen(cls)))
+        ck_abort_msg("%s: skip with unknown class \"%s\": %s", name, cls, why);
+    /* START_TEST(x) defines x_fn: name the test as it is written */
+    size_t n = strlen(name);
+    int len = (int)(n > 3 && !strcmp(name + n - 3, "_fn") ? n - 3 : n);
+    /* a required dependency missing is a failure, not a skip */
+    if (test_required(cls))
+        ck_abort_msg("%.*s: needs %s (STRATA_REQUIRE=%s): %s", len, name, cls,
+                     getenv("STRATA_REQUIRE"), why);
+    printf("SKIP %.*s [%s]: %s\n", len, name, cls, why);
     fflush(stdout);
     const char *log = getenv("STRATA_SKIP_LOG");
     FILE *f = log ? fopen(log, "a") : NULL;
     if (f) {
-        fprintf(f, "%s: %s\n", name, why);
+        fprintf(f, "%.*s [%s]: %s\n", len, name, cls, why);
         fclose(f);
     }
 }
@@ -71,15 +135,6 @@ int test_small(void)
 {
     const char *v = getenv("STRATA_TEST_SMALL");
     return v && *v && strcmp(v, "0") != 0;
-}
-
-const char *test_tmpdir(void)
-{
-    static char dir[64];
-    strcpy(dir, "/tmp/strata-test-XXXXXX");
-    if (!mkdtemp(dir))
-        return "/tmp";
-    return dir;
 }
 
 int test_run(const char *cmd, char **out)
@@ -147,27 +202,27 @@ void test_fill_normal(float *x, size_t n, float scale, uint64_t seed)
     }
 }
 
-const char *test_tiny_llama(const char *name, int n_vocab, uint64_t seed)
+strata_params test_params(const char *model, int backend)
 {
-    char *path = malloc(1024); /* one per model for the process's life */
-    ck_assert_ptr_nonnull(path);
-    snprintf(path, 1024, "%s/%s.gguf", test_tmpdir(), name);
-    mkmodel_params mp;
-    memset(&mp, 0, sizeof mp);
-    mp.arch = "llama";
-    mp.n_layer = 4;
-    mp.n_embd = 128;
-    mp.n_head = 4;
-    mp.n_head_kv = 2;
-    mp.n_ff = 256;
-    mp.n_vocab = n_vocab;
-    mp.type = GGML_TYPE_Q8_0;
-    mp.seed = seed;
-    mp.n_threads = 1;
+    strata_params p = strata_params_default();
+    p.model_path = model;
+    p.backend = backend;
+    p.quiet = 1;
+    return p;
+}
+
+strata_engine *test_open(const strata_params *p)
+{
+    strata_engine *e = NULL;
     strata_error err = {0};
-    int rc = mkmodel_write(&mp, path, &err);
-    ck_assert_msg(rc == 0, "mkmodel: %s", err.msg);
-    return path;
+    int rc = strata_open(p, &e, &err);
+    ck_assert_msg(rc == 0 && e, "strata_open(%s, %s, split %s, %d slots): %s",
+                  p->model_path ? p->model_path : "(no model)",
+                  p->backend == STRATA_BACKEND_CUDA  ? "cuda"
+                  : p->backend == STRATA_BACKEND_CPU ? "cpu"
+                                                     : "auto",
+                  p->layer_split ? p->layer_split : "none", p->n_slots, err.msg);
+    return e;
 }
 
 int test_have_gpu(const char **why)

@@ -8,8 +8,9 @@
  * 128, 8 kv heads, 4 query heads per kv head (32 heads), one sequence.  For each context:
  *   decode   one query token at the last position (flash-decoding split);
  *   prefill  512 query tokens ending at the last position.
- * Timing: CUDA events around replays of a CUDA graph of 8 launches (the
- * engine's decode step is a graph too), 3 warm-ups, the median per launch.  The caches rotate among enough
+ * Timing (bench_time.h, as bench --kernels): CUDA events around replays of a
+ * CUDA graph of 8 launches (the engine's decode step is a graph too), 3
+ * warm-ups, the median per launch.  The caches rotate among enough
  * disjoint copies (>= 512 MiB together) that no run finds its K/V in the
  * 60 MiB L2.  Bandwidth counts the K+V bytes a decode must read (quants and
  * scales, each once); the ceiling is measured here with a 16-byte streaming
@@ -47,13 +48,14 @@ int bench_attention(int argc, char **argv)
 
 #include <cuda_runtime_api.h>
 
+#include "cli/bench/bench_time.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 
 #define BA_HD 128
 #define BA_NKV 8
 #define BA_GROUP 4
-#define BA_MAX_RUNS 101
+#define BA_MAX_RUNS 101 /* <= BENCH_MAX_REPS */
 
 #define BA_CHECK(call)                                                                     \
     do {                                                                                   \
@@ -64,72 +66,31 @@ int bench_attention(int argc, char **argv)
         }                                                                                  \
     } while (0)
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The launches to time, as a callback over "set" i (which cache copy). */
 typedef int (*ba_launch)(void *ctx, int set, cudaStream_t s, strata_error *err);
 
-/* Median µs per launch.  BA_BATCH launches (rotating over the n_sets cache
- * copies) are captured into one CUDA graph, as the engine runs its decode
- * step; after 3 warm-up replays, each of `runs` replays is timed between
- * its own pair of events and divided by BA_BATCH.  (Timing single eager
- * launches instead adds the host's enqueue time to short kernels: 4K
- * decode read ~15 us slower that way.) */
+/* Launch i of the graph takes cache copy (i + 1) % n_sets. */
+typedef struct ba_rot {
+    ba_launch fn;
+    void *ctx;
+    int n_sets;
+} ba_rot;
+static int ba_rot_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
+{
+    const ba_rot *r = ctx;
+    return r->fn(r->ctx, (i + 1) % r->n_sets, s, err);
+}
+
+/* Median µs per launch (bench_time.h, shared with bench --kernels): BA_BATCH
+ * launches rotating over the n_sets cache copies in one CUDA graph, as the
+ * engine runs its decode step.  (Timing single eager launches instead adds
+ * the host's enqueue time to short kernels: 4K decode read ~15 us slower
+ * that way.) */
 #define BA_BATCH 8
 static float ba_time(ba_launch fn, void *ctx, int n_sets, int runs, cudaStream_t s)
 {
-    cudaEvent_t ev[2 * BA_MAX_RUNS];
-    float ms[BA_MAX_RUNS], med = -1.0f;
-    strata_error err;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int made = 0;
-    for (; made < 2 * runs; made++)
-        if (cudaEventCreate(&ev[made]) != cudaSuccess)
-            goto out;
-    if (fn(ctx, 0, s, &err)) { /* eager once: first-use setup outside the capture */
-        fprintf(stderr, "bench_attention: %s\n", err.msg);
-        goto out;
-    }
-    if (cudaStreamSynchronize(s) != cudaSuccess ||
-        cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
-        goto out;
-    for (int i = 0; i < BA_BATCH; i++)
-        if (fn(ctx, (i + 1) % n_sets, s, &err)) {
-            fprintf(stderr, "bench_attention: %s\n", err.msg);
-            cudaStreamEndCapture(s, &graph);
-            goto out;
-        }
-    if (cudaStreamEndCapture(s, &graph) != cudaSuccess ||
-        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
-        goto out;
-    for (int i = 0; i < 3; i++)
-        if (cudaGraphLaunch(exec, s) != cudaSuccess)
-            goto out;
-    for (int i = 0; i < runs; i++) {
-        cudaEventRecord(ev[2 * i], s);
-        if (cudaGraphLaunch(exec, s) != cudaSuccess)
-            goto out;
-        cudaEventRecord(ev[2 * i + 1], s);
-    }
-    if (cudaStreamSynchronize(s) != cudaSuccess)
-        goto out;
-    for (int i = 0; i < runs; i++)
-        cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]);
-    qsort(ms, (size_t)runs, sizeof ms[0], cmp_float);
-    med = ms[runs / 2] * 1000.0f / BA_BATCH;
-out:
-    if (exec)
-        cudaGraphExecDestroy(exec);
-    if (graph)
-        cudaGraphDestroy(graph);
-    for (int i = 0; i < made; i++)
-        cudaEventDestroy(ev[i]);
-    return med;
+    ba_rot r = {fn, ctx, n_sets};
+    return (float)bench_graph_us("bench_attention", ba_rot_launch, &r, BA_BATCH, runs, s);
 }
 
 /* ---- the read-bandwidth ceiling ---- */

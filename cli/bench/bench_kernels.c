@@ -9,10 +9,10 @@
  *   --shapes RxC[xN],...  these shapes instead of the standard set (N: tokens, 1)
  *
  * Method (METHOD.md): the read bandwidth is measured in the same run with a
- * 16-byte-load streaming kernel over 4 GiB.  Each kernel runs 3 times to
- * warm up, then N times inside one captured CUDA graph with an event between
- * consecutive launches, so host launch overhead is not in the numbers (the
- * engine replays graphs too); the median of the N intervals is reported.
+ * 16-byte-load streaming kernel over 4 GiB.  Timing is bench_time.h's, shared
+ * with --attention: the launches captured in one CUDA graph, so host launch
+ * overhead is not in the numbers (the engine replays graphs too), warm-up
+ * replays, then the median of N replays between events, per launch.
  * Weights rotate through enough copies (>= 256 MiB in all, >= 2 copies) that
  * L2 (60 MiB on the H200) never holds the matrix a launch reads.  Weights are
  * random valid blocks, activations random normals: never zeros. */
@@ -51,10 +51,10 @@ int bench_kernels(int argc, char **argv)
 
 #include <cuda_runtime_api.h>
 
+#include "cli/bench/bench_time.h"
 #include "kernels/cuda/cuda_ops.h"
 
-#define BK_WARM 3
-#define BK_MAX_REPS 200
+#define BK_MAX_REPS BENCH_MAX_REPS
 
 /* ggml's figures on the H200 (us; doc/BENCHMARKS.md, "Reference figures"):
  * n=1 at 131072x4096, n=1 at 4096x14336, n=8 at 4096x14336, n=512 at
@@ -88,61 +88,16 @@ static const bk_ggml *bk_ggml_of(int type)
         }                                                                                          \
     } while (0)
 
-static int bk_cmp(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+/* One launch of the thing being timed, for launch i of a graph (selects the
+ * rotating copy). */
+typedef bench_launch bk_launch;
 
-/* One launch of the thing being timed, for run i (selects the rotating copy). */
-typedef int (*bk_launch)(void *ctx, int i, cudaStream_t s, strata_error *err);
-
-/* Median microseconds of `reps` launches captured in one graph. */
-static double bk_time(bk_launch fn, void *ctx, int reps, cudaStream_t s)
+/* Median microseconds per launch (bench_time.h).  per_graph launches per
+ * replay: a matrix's every copy once, so a replay reads >= 256 MiB and L2
+ * holds none of them when it comes round again. */
+static double bk_time(bk_launch fn, void *ctx, int per_graph, int reps, cudaStream_t s)
 {
-    cudaEvent_t ev[BK_MAX_REPS + 1];
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    float ms[BK_MAX_REPS];
-    strata_error err = {0};
-    double med = -1;
-    int nev = 0;
-    for (int i = 0; i < BK_WARM; i++)
-        if (fn(ctx, i, s, &err)) {
-            fprintf(stderr, "bench --kernels: %s\n", err.msg);
-            return -1;
-        }
-    for (; nev <= reps; nev++)
-        BK_CHECK(cudaEventCreate(&ev[nev]));
-    BK_CHECK(cudaStreamSynchronize(s));
-    BK_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < reps; i++) {
-        BK_CHECK(cudaEventRecordWithFlags(ev[i], s, cudaEventRecordExternal));
-        if (fn(ctx, BK_WARM + i, s, &err)) {
-            fprintf(stderr, "bench --kernels: %s\n", err.msg);
-            cudaStreamEndCapture(s, &graph);
-            goto fail;
-        }
-    }
-    BK_CHECK(cudaEventRecordWithFlags(ev[reps], s, cudaEventRecordExternal));
-    BK_CHECK(cudaStreamEndCapture(s, &graph));
-    BK_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    BK_CHECK(cudaGraphLaunch(exec, s)); /* first replay uploads the graph */
-    BK_CHECK(cudaStreamSynchronize(s));
-    BK_CHECK(cudaGraphLaunch(exec, s));
-    BK_CHECK(cudaStreamSynchronize(s));
-    for (int i = 0; i < reps; i++)
-        BK_CHECK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
-    qsort(ms, (size_t)reps, sizeof ms[0], bk_cmp);
-    med = 1000.0 * ms[reps / 2];
-fail:
-    if (exec)
-        cudaGraphExecDestroy(exec);
-    if (graph)
-        cudaGraphDestroy(graph);
-    for (int i = 0; i < nev; i++)
-        cudaEventDestroy(ev[i]);
-    return med;
+    return bench_graph_us("bench --kernels", fn, ctx, per_graph, reps, s);
 }
 
 /* ---- the read probe ------------------------------------------------------- */
@@ -270,7 +225,8 @@ static int bk_run(int type, int64_t rows, int64_t cols, int64_t n, double ggml_u
     m.scratch_bytes = cuda_matmul_scratch_bytes(type, cols, n);
     if (m.scratch_bytes)
         BK_CHECK(cudaMalloc(&m.scratch, m.scratch_bytes));
-    const double us = bk_time(bk_mat_launch, &m, reps, s);
+    const int per_graph = m.copies < 8 ? 8 : m.copies > 256 ? 256 : m.copies;
+    const double us = bk_time(bk_mat_launch, &m, per_graph, reps, s);
     if (us <= 0)
         goto fail;
     memset(r, 0, sizeof *r);
@@ -388,7 +344,7 @@ int bench_kernels(int argc, char **argv)
     BK_CHECK(cudaMalloc((void **)&sink, sizeof *sink));
     BK_CHECK(cudaMemset(probe, 0x5a, pbytes));
     bk_probe pr = {probe, pbytes, sink};
-    const double probe_us = bk_time(bk_probe_launch, &pr, reps, s);
+    const double probe_us = bk_time(bk_probe_launch, &pr, 1, reps, s); /* 4 GiB a launch */
     cudaFree(probe);
     probe = NULL;
     if (probe_us <= 0)
