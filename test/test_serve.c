@@ -55,7 +55,7 @@
 typedef struct server {
     pid_t pid;
     int port;
-    char dir[64], out[512], log[512];
+    char dir[512], out[512], log[512];
 } server;
 
 static double now_s(void)
