@@ -144,7 +144,7 @@ tsan:
 
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
-FUZZ_SRC := model/gguf.c base/error.c model/iq3xxs_tables.c model/iq_grids.c $(wildcard model/quant.c model/quant_*.c model/quantize_*.c)
+FUZZ_SRC := model/gguf.c model/gguf_maps.c base/error.c model/iq3xxs_tables.c model/iq_grids.c $(wildcard model/quant.c model/quant_*.c model/quantize_*.c)
 $(BUILD)/fuzz_gguf: test/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(@D)
 	clang $(FUZZ_FLAGS) -o $@ $^
