@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "text/tokenizer_impl.h"
+#include "text/unicode_nfc.h"
 
 /* ---- hash maps ------------------------------------------------------- */
 
@@ -366,6 +367,10 @@ int tokenizer_new(const tokenizer_desc *d, tokenizer **out, strata_error *err)
     t->add_bos = d->add_bos >= 0 ? d->add_bos : (spm || t->pre == TOK_PRE_LLAMA3);
     t->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     t->add_space_prefix = spm && (d->add_space_prefix >= 0 ? d->add_space_prefix : true);
+    /* The Hugging Face tokenizers of the qwen2 family (Qwen2, 2.5, 3 and the
+     * DeepSeek-R1 distills of Qwen) declare an NFC normalizer; the others
+     * strata reads have none (doc/tokenizer.md, "NFC"). */
+    t->nfc = t->pre == TOK_PRE_QWEN2;
     byte_tokens(t);
     if (build_lists(t)) {
         rc = strata_err(err, STRATA_E_NOMEM, "%s: tokenizer: out of memory", name);
@@ -402,6 +407,7 @@ void tokenizer_free(tokenizer *t)
 size_t tokenizer_n_vocab(const tokenizer *t) { return (size_t)t->n_vocab; }
 enum tok_model tokenizer_model(const tokenizer *t) { return t->model; }
 enum tok_pre tokenizer_pre(const tokenizer *t) { return t->pre; }
+bool tokenizer_nfc(const tokenizer *t) { return t->nfc; }
 int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 int32_t tokenizer_eot(const tokenizer *t) { return t->eot; }
@@ -483,7 +489,19 @@ static int encode_plain(const tokenizer *t, const char *text, size_t len,
     if (t->model == TOK_MODEL_SPM)
         return spm_encode_segment(t, text, len, first, out);
     piece_ctx c = {t, out};
-    return pretokenize(t->pre, text, len, encode_piece, &c);
+    char *norm = NULL;
+    size_t norm_len = 0;
+    int rc;
+    /* Normalized per segment: Hugging Face matches special tokens in the raw
+     * text (their `normalized` is false) and normalizes what lies between. */
+    if (t->nfc && (rc = unicode_nfc(text, len, &norm, &norm_len)))
+        return rc;
+    if (norm)
+        rc = pretokenize(t->pre, norm, norm_len, encode_piece, &c);
+    else
+        rc = pretokenize(t->pre, text, len, encode_piece, &c);
+    free(norm);
+    return rc;
 }
 
 /* The special token whose text starts text[0..len), longest first; -1. */

@@ -77,6 +77,8 @@ void tokenizer_free(tokenizer *t);
 size_t tokenizer_n_vocab(const tokenizer *t);
 enum tok_model tokenizer_model(const tokenizer *t);
 enum tok_pre tokenizer_pre(const tokenizer *t);
+/* Does encode NFC-normalize plain text first (the qwen2 pre-tokenizers)? */
+bool tokenizer_nfc(const tokenizer *t);
 int32_t tokenizer_bos(const tokenizer *t);  /* -1 if none */
 int32_t tokenizer_eos(const tokenizer *t);
 int32_t tokenizer_eot(const tokenizer *t);

@@ -41,6 +41,7 @@ struct tokenizer {
     int32_t byte_id[256]; /* BPE: token of the mapped byte; SPM: <0xNN>; -1 */
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix;
+    bool nfc;             /* NFC-normalize text between special tokens */
     int32_t *stop;        /* stop tokens, n_stop of them */
     size_t n_stop;
     int32_t *special;     /* ids matched in text, longest text first */

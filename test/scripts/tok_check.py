@@ -4,7 +4,10 @@
 ids mode (default): build a Hugging Face `tokenizers` BPE from the GGUF file's
 vocabulary and merges, with a pre-tokenizer equivalent to the file's
 `tokenizer.ggml.pre` (smollm: Split on \\p{N} isolated + ByteLevel regex;
-gpt-2/default: ByteLevel alone), and print, for every corpus string:
+gpt-2/default: ByteLevel alone; qwen2/deepseek-r1-qwen: an NFC normalizer,
+then Split on the qwen2 regex isolated + ByteLevel without its regex, as
+Qwen's tokenizer.json has it; llama-bpe/llama3: the same without the
+normalizer), and print, for every corpus string:
 
     HEX(utf-8 bytes) TAB ids-as-plain-text TAB ids-with-special-tokens-parsed
 
@@ -16,10 +19,14 @@ pieces mode (--pieces RULE): split every corpus string with the Python
 HEX TAB comma-separated HEX pieces; lets the C test check the qwen2 and
 llama3 rules without a Qwen or Llama model.
 
-Usage: tok_check.py GGUF CORPUS            (ids mode)
+With --nfd every corpus string is first decomposed (NFD), so a tokenizer
+that normalizes has something to do; the printed HEX is of what was encoded.
+
+Usage: tok_check.py [--nfd] GGUF CORPUS    (ids mode)
        tok_check.py --pieces RULE CORPUS    (RULE: gpt2 smollm qwen2 llama3)
 """
 import sys
+import unicodedata
 
 GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 QWEN2 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
@@ -81,7 +88,8 @@ def hf_tokenizer(path):
     """The Hugging Face `tokenizers` BPE built from the GGUF file (vocabulary,
     merges, pre-tokenizer name, special tokens); kv_quality.py uses it too."""
     from gguf import GGUFReader
-    from tokenizers import Tokenizer, AddedToken, Regex, models, pre_tokenizers, decoders
+    from tokenizers import (Tokenizer, AddedToken, Regex, models, normalizers,
+                            pre_tokenizers, decoders)
 
     r = GGUFReader(path)
     tokens = r.fields["tokenizer.ggml.tokens"].contents()
@@ -99,6 +107,13 @@ def hf_tokenizer(path):
             [pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"), byte_level])
     elif pre in ("gpt-2", "default"):
         tok.pre_tokenizer = byte_level
+    elif pre in ("qwen2", "deepseek-r1-qwen", "llama-bpe", "llama3"):
+        rule = LLAMA3 if pre in ("llama-bpe", "llama3") else QWEN2
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(rule), behavior="isolated"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        if rule is QWEN2:
+            tok.normalizer = normalizers.NFC()
     else:
         sys.exit(f"tok_check.py: pre-tokenizer {pre!r} has no oracle here")
     tok.decoder = decoders.ByteLevel()
@@ -108,14 +123,17 @@ def hf_tokenizer(path):
     return tok
 
 
-def ids_mode(path, corpus):
+def ids_mode(path, corpus, nfd):
     tok = hf_tokenizer(path)
     for s in read_corpus(corpus):
+        if nfd:
+            s = unicodedata.normalize("NFD", s)
         tok.encode_special_tokens = True
         plain = tok.encode(s, add_special_tokens=False).ids
         tok.encode_special_tokens = False
         special = tok.encode(s, add_special_tokens=False).ids
-        assert tok.decode(plain, skip_special_tokens=False) == s, s
+        want = tok.normalizer.normalize_str(s) if tok.normalizer else s
+        assert tok.decode(plain, skip_special_tokens=False) == want, s
         print(s.encode().hex() + "\t" + " ".join(map(str, plain)) + "\t" +
               " ".join(map(str, special)))
 
@@ -124,7 +142,9 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--pieces":
         pieces_mode(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3:
-        ids_mode(sys.argv[1], sys.argv[2])
+        ids_mode(sys.argv[1], sys.argv[2], False)
+    elif len(sys.argv) == 4 and sys.argv[1] == "--nfd":
+        ids_mode(sys.argv[2], sys.argv[3], True)
     else:
         sys.exit(__doc__)
 
