@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,9 +58,14 @@ static pid_t serve_start(const char *cli, const char *model, const char *dir, in
     snprintf(cmd, sizeof cmd,
              "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 2 --quiet --temp 0 "
              "--kv f16 -n 24 >'%s/serve.out' 2>'%s/serve.log'", cli, model, dir, dir);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        /* a failed check ends the test's process at once: the server must
+         * not outlive it (the signal survives the exec) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
