@@ -281,7 +281,9 @@ START_TEST(nfc_speed)
                             "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 e\xCC\x81 ", 1 << 16);
     fprintf(stderr, "nfc: %.0f MB/s on ASCII (fast path), %.1f MB/s on German, Chinese, "
             "Korean and a decomposed e\n", ascii, mixed);
-    ck_assert(mixed > 1.0); /* linear: 1.4 MB must not take a second */
+    /* linear: 1.8 MiB within seconds even under a sanitizer on a loaded box
+     * (a quadratic walk would take hours) */
+    ck_assert(mixed > 0.25);
 }
 END_TEST
 
