@@ -40,6 +40,12 @@ def canonical_pair(cp):
     return parts if len(parts) == 2 else None
 
 
+def rows_of(items, per_line):
+    """Print C initializer items, per_line to a line."""
+    for i in range(0, len(items), per_line):
+        print("    " + " ".join(items[i:i + per_line]))
+
+
 def main():
     ccc, decomp, compose = [], [], []
     for cp in chars():
@@ -67,8 +73,7 @@ def main():
 
     print(f"/* canonical combining class != 0: {len(ccc)} ranges */")
     print("const unicode_ccc_range unicode_ccc[] = {")
-    for a, b, c in ccc:
-        print(f"    {{0x{a:04X}, 0x{b:04X}, {c}}},")
+    rows_of([f"{{0x{a:04X}, 0x{b:04X}, {c}}}," for a, b, c in ccc], 3)
     print("};")
     print(f"const size_t unicode_ccc_count = {len(ccc)};\n")
 
@@ -79,19 +84,16 @@ def main():
     print(f"/* full canonical decompositions: {len(rows)} characters, "
           f"{len(pool)} code points, at most {max_len} each */")
     print("const uint32_t unicode_decomp_pool[] = {")
-    for i in range(0, len(pool), 8):
-        print("    " + " ".join(f"0x{x:04X}," for x in pool[i:i + 8]))
+    rows_of([f"0x{x:04X}," for x in pool], 10)
     print("};")
     print("const unicode_decomp unicode_decomps[] = {")
-    for cp, off, n in rows:
-        print(f"    {{0x{cp:04X}, {off}, {n}}},")
+    rows_of([f"{{0x{cp:04X}, {off}, {n}}}," for cp, off, n in rows], 4)
     print("};")
     print(f"const size_t unicode_decomp_count = {len(rows)};\n")
 
     print(f"/* primary composites: {len(compose)} pairs, sorted by (first, second) */")
     print("const unicode_pair unicode_compose[] = {")
-    for a, b, c in compose:
-        print(f"    {{0x{a:04X}, 0x{b:04X}, 0x{c:04X}}},")
+    rows_of([f"{{0x{a:04X}, 0x{b:04X}, 0x{c:04X}}}," for a, b, c in compose], 3)
     print("};")
     print(f"const size_t unicode_compose_count = {len(compose)};")
     # What unicode_nfc.c takes for granted: no decomposition longer than
