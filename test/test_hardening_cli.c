@@ -352,7 +352,7 @@ START_TEST(no_gpu_message)
 {
     NEED_CLI();
     if (test_have_gpu(NULL))
-        TEST_SKIP("a GPU is present");
+        TEST_SKIP("other", "a GPU is present: this test is for a machine without one");
     char *out = NULL;
     int rc = test_runf(&out, "'%s' run -m '%s' -p hi -n 1 -t 1 2>&1 >/dev/null", cli, tiny());
     ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);

@@ -166,12 +166,50 @@ START_TEST(park_cuda_roundtrip)
 }
 END_TEST
 
+/* A prompt chunk that asks for no logits returns before the card is done
+ * with it; a capture right after must still copy the finished K/V (its copy
+ * stream waits for the stage's compute).  One long chunk keeps the card busy
+ * while the capture is queued, so without that wait the image would hold
+ * pages the chunk had not written yet. */
+START_TEST(park_cuda_capture_waits_for_compute)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP("gpu", why);
+    static const char *path;
+    if (!path)
+        path = test_tiny_llama("park-cuda-llama", N_VOCAB, 9);
+    strata_params p = test_params(path, STRATA_BACKEND_CUDA);
+    p.n_ctx = 4096;
+    p.n_slots = 1;
+    p.n_chunk = 2048;
+    strata_engine *e = test_open(&p);
+    strata_error err = {0};
+    strata_park *pk = park_new(e, 64, 16, &err);
+    ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
+    int n = 2000;
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    uint64_t seed = 11;
+    for (int i = 0; i < n; i++)
+        t[i] = 3 + (int32_t)(test_rand_u64(&seed) % (N_VOCAB - 3));
+    strata_seq *a = strata_seq_new(e, &err);
+    feed(a, t, n, NULL);
+    capture(pk, a, PARK_CAPTURE_FRESH);
+    assert_span_matches(pk, a, 0);
+    free(t);
+    strata_seq_free(a);
+    park_free(pk);
+    strata_close(e);
+}
+END_TEST
+
 static Suite *park_cuda_suite(void)
 {
     Suite *s = suite_create("park_cuda");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, park_cuda_roundtrip);
+    tcase_add_test(tc, park_cuda_capture_waits_for_compute);
     suite_add_tcase(s, tc);
     return s;
 }

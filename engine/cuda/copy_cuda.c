@@ -22,12 +22,14 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/cuda/backend_cuda.h"
+#include "engine/cuda/cuda_stage.h"
 #include "kernels/cuda/cuda_check.h"
 
 #define COPY_MAX_DEVICES 64
 
 typedef struct thread_streams {
     cudaStream_t s[COPY_MAX_DEVICES];
+    cudaEvent_t after[COPY_MAX_DEVICES]; /* a stage's compute, for the copy to wait on */
 } thread_streams;
 
 static _Thread_local thread_streams *tl_streams;
@@ -45,8 +47,11 @@ static void streams_destroy(void *v)
     for (int d = 0; d < COPY_MAX_DEVICES; d++)
         if (ts->s[d]) {
             /* best effort at thread exit: nothing to report to */
-            if (cudaSetDevice(d) == cudaSuccess)
+            if (cudaSetDevice(d) == cudaSuccess) {
                 cudaStreamDestroy(ts->s[d]);
+                if (ts->after[d])
+                    cudaEventDestroy(ts->after[d]);
+            }
         }
     if (prev >= 0)
         cudaSetDevice(prev);
@@ -72,8 +77,10 @@ static int thread_stream(int dev, cudaStream_t *out, strata_error *err)
             pthread_setspecific(streams_key, tl_streams);
     }
     CUDA_CHECK(err, cudaSetDevice(dev));
-    if (!tl_streams->s[dev])
+    if (!tl_streams->s[dev]) {
         CUDA_CHECK(err, cudaStreamCreateWithFlags(&tl_streams->s[dev], cudaStreamNonBlocking));
+        CUDA_CHECK(err, cudaEventCreateWithFlags(&tl_streams->after[dev], cudaEventDisableTiming));
+    }
     *out = tl_streams->s[dev];
     return 0;
 }
@@ -115,6 +122,15 @@ int cuda_copier(const strata_engine *e, int stage, backend_copier *c, strata_err
     int rc = thread_stream(dev, &s, err);
     if (rc)
         return rc;
+    /* A forward call that asks for no logits returns while the stage's
+     * compute stream may still be writing K/V (the host queues the next
+     * chunk meanwhile), and this stream is non-blocking: without this wait a
+     * capture or a shuttle could copy pages the last chunk has not written
+     * yet (seen as a restored conversation whose logits differ from a
+     * re-read's, depending on timing). */
+    cudaEvent_t after = tl_streams->after[dev];
+    CUDA_CHECK(err, cudaEventRecord(after, ((const cuda_stage *)e->stages[stage].cuda)->compute));
+    CUDA_CHECK(err, cudaStreamWaitEvent(s, after, 0));
     c->copy2d = cu_copy2d;
     c->sync = cu_sync;
     c->ctx = s;
