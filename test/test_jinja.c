@@ -9,6 +9,7 @@
 
 #include "testutil.h"
 
+#include "model/gguf.h"
 #include "text/jinja.h"
 
 enum { NOW = 1700000000 }; /* the oracle's strftime_now clock */
@@ -270,6 +271,116 @@ START_TEST(smollm_template_renders)
 }
 END_TEST
 
+/* ---- the model's template through strata-cli ------------------------------
+ * The tiny llama's GGUF carries a ChatML template; a copy gets another
+ * template of the same byte length written over it (the GGUF string's
+ * length prefix stays right), padded with a Jinja comment. */
+static char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    char *b = malloc(*n);
+    ck_assert_int_eq(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static char *with_template(const char *model, const char *tmpl, const char *name)
+{
+    size_t n;
+    char *buf = read_file(model, &n);
+    gguf *g;
+    gguf_str old;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(model, &g, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(gguf_get_str(g, "tokenizer.chat_template", &old, &err), 0);
+    char *at = memmem(buf, n, old.p, old.len);
+    ck_assert_ptr_nonnull(at);
+    size_t len = strlen(tmpl);
+    ck_assert_msg(len + 4 <= old.len, "template longer than the model's (%zu)", (size_t)old.len);
+    memcpy(at, tmpl, len);
+    memcpy(at + len, "{#", 2);
+    memset(at + len + 2, ' ', old.len - len - 4);
+    memcpy(at + old.len - 2, "#}", 2);
+    gguf_close(g);
+    char *path = malloc(4096);
+    snprintf(path, 4096, "%s/%s.gguf", test_tmpdir(), name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_int_eq(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    free(buf);
+    return path;
+}
+
+/* The prompt token count of `run --chat -p PROMPT` (its stats line), or -1
+ * with the output in *out when it failed. */
+static int prompt_tokens(const char *cli, const char *model, const char *prompt,
+                         const char *extra, char **out)
+{
+    int rc = test_runf(out, "'%s' run --chat -m '%s' -p '%s' -n 2 --temp 0 --backend cpu %s 2>&1 "
+                       "| tr -d '\\000'", cli, model, prompt, extra);
+    const char *p = *out ? strstr(*out, "strata: prompt ") : NULL;
+    if (rc || !p)
+        return -1;
+    return atoi(p + strlen("strata: prompt "));
+}
+
+START_TEST(cli_uses_model_template)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_tiny_llama("chat-cli-llama", 400, 11);
+    char *out = NULL;
+    int base = prompt_tokens(cli, model, "hi", "", &out);
+    ck_assert_msg(base > 0, "run --chat on the tiny llama:\n%s", out);
+    free(out);
+    /* A template that ignores the messages: the same prompt for any text,
+     * unlike the model's own. */
+    char *fixed = with_template(model, "{{ 'one two three four five six seven' }}", "fixed");
+    int a = prompt_tokens(cli, fixed, "hi", "", &out);
+    ck_assert_msg(a > 0, "%s", out);
+    free(out);
+    int b = prompt_tokens(cli, fixed, "hi hi hi hi hi hi hi hi", "", &out);
+    ck_assert_msg(b == a, "the model's template was not used: %d then %d tokens\n%s", a, b, out);
+    free(out);
+    int c = prompt_tokens(cli, model, "hi hi hi hi hi hi hi hi", "", &out);
+    ck_assert_msg(c > base, "%d, %d", base, c);
+    free(out);
+    /* --chat-template NAME still overrides the model's template. */
+    int d = prompt_tokens(cli, fixed, "hi", "--chat-template chatml", &out);
+    ck_assert_msg(d == base, "--chat-template chatml: %d tokens, the built-in gives %d\n%s", d,
+                  base, out);
+    free(out);
+    /* A template that fails: the error names the model file and the line. */
+    char *bad = with_template(model, "{% if messages %}\n{{ raise_exception('no chat here') }}"
+                              "{% endif %}", "raises");
+    ck_assert_int_eq(prompt_tokens(cli, bad, "hi", "", &out), -1);
+    ck_assert_msg(strstr(out, bad) && strstr(out, "line 2") &&
+                  strstr(out, "raise_exception: no chat here"), "%s", out);
+    free(out);
+    /* One that does not parse: refused when the model opens, by name. */
+    char *broken = with_template(model, "{% for m in messages %}", "broken");
+    ck_assert_int_eq(prompt_tokens(cli, broken, "hi", "", &out), -1);
+    ck_assert_msg(strstr(out, broken) && strstr(out, "never closed") &&
+                  strstr(out, "--chat-template"), "%s", out);
+    free(out);
+    /* chat, two turns, with a Mistral-style template (no ChatML at all):
+     * the follow-up continues after the answer's eos. */
+    char *inst = with_template(model, "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}"
+                               "[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}"
+                               "{{ eos_token }}{% endif %}{% endfor %}", "inst");
+    int rc = test_runf(&out, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
+                       "-n 4 --temp 0 --backend cpu 2>&1 | tr -d '\\000'", cli, inst);
+    ck_assert_msg(rc == 0 && strstr(out, "reused") != NULL, "exit %d:\n%s", rc, out);
+    free(out);
+    free(fixed), free(bad), free(broken), free(inst);
+}
+END_TEST
+
 static Suite *jinja_suite(void)
 {
     Suite *s = suite_create("jinja");
@@ -279,6 +390,7 @@ static Suite *jinja_suite(void)
     tcase_add_test(tc, errors_name_line_and_cause);
     tcase_add_test(tc, limits_stop_hostile_templates);
     tcase_add_test(tc, smollm_template_renders);
+    tcase_add_test(tc, cli_uses_model_template);
     suite_add_tcase(s, tc);
     return s;
 }
