@@ -455,6 +455,10 @@ static jv to_int(jstate *s, jv x, jv dflt)
         long long v = strtoll(buf, &end, 10);
         if (*end == '\0' && errno == 0)
             return jv_int(v);
+        /* int(float(s)) as jinja2 falls back to; C's strtod also reads hex
+         * and "inf", Python's float() no hex, so only decimal text. */
+        if (strspn(buf, "0123456789+-.eE") != t.u.s.n)
+            return dflt;
         double d = strtod(buf, &end);
         if (*end == '\0' && d == d && d < 9.2e18 && d > -9.2e18)
             return jv_int((int64_t)d);
@@ -590,7 +594,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
                 memcpy(buf, t.u.s.p, t.u.s.n);
                 buf[t.u.s.n] = '\0';
                 double d = strtod(buf, &end);
-                if (*end == '\0')
+                if (*end == '\0' && strspn(buf, "0123456789+-.eE") == t.u.s.n)
                     return jv_float(d);
             }
         }

@@ -329,8 +329,8 @@ static bool contains(jstate *s, int line, jv needle, jv hay)
         jv r;
         return jd_get(hay.u.d, needle, &r);
     }
-    case JV_UNDEF:
-        jfail(s, line, STRATA_E_ARG, "'in' an undefined value");
+    case JV_UNDEF: /* jinja2's Undefined iterates as empty */
+        return false;
     default:
         jfail(s, line, STRATA_E_TYPE, "argument of type %s is not iterable", jv_type_name(hay));
     }

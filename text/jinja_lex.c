@@ -135,6 +135,9 @@ static size_t lex_string(lexer *lx, size_t pos)
         case 'f': o[n++] = '\f'; break;
         case 'v': o[n++] = '\v'; break;
         case '\n': break; /* a backslash-newline continues the line */
+        case 'N':
+            lex_fail(lx, j, STRATA_E_UNSUPPORTED, "\\N{...} escapes are not supported");
+            return 0;
         default:
             if (c >= '0' && c <= '7') {
                 unsigned v = 0;
@@ -181,10 +184,49 @@ static bool is_name_start(char c)
 
 /* A number at pos: digits (with '_' between), an optional fraction, an
  * optional exponent.  Returns the position after it, 0 on error. */
+/* 0x1f, 0o17, 0b101 (with '_' between digits), as jinja2 3 reads them. */
+static size_t lex_radix(lexer *lx, size_t pos)
+{
+    const char *s = lx->src;
+    char r = (char)(s[pos + 1] | 0x20);
+    int base = r == 'x' ? 16 : r == 'o' ? 8 : 2;
+    size_t i = pos + 2;
+    uint64_t v = 0;
+    int digits = 0;
+    for (; i < lx->len; i++) {
+        if (s[i] == '_' && digits)
+            continue;
+        int d = hexval(s[i]);
+        if (d < 0 || d >= base)
+            break;
+        if (v > (uint64_t)INT64_MAX / (uint64_t)base) {
+            lex_fail(lx, pos, STRATA_E_UNSUPPORTED, "integer literal out of 64-bit range");
+            return 0;
+        }
+        v = v * (uint64_t)base + (uint64_t)d;
+        if (v > (uint64_t)INT64_MAX) {
+            lex_fail(lx, pos, STRATA_E_UNSUPPORTED, "integer literal out of 64-bit range");
+            return 0;
+        }
+        digits++;
+    }
+    if (!digits) { /* "0x" alone: the 0, then the name */
+        jtok *t = push(lx, JT_INT, pos, s + pos, 1);
+        return t ? pos + 1 : 0;
+    }
+    jtok *t = push(lx, JT_INT, pos, s + pos, i - pos);
+    if (!t)
+        return 0;
+    t->i = (int64_t)v;
+    return i;
+}
+
 static size_t lex_number(lexer *lx, size_t pos)
 {
     const char *s = lx->src;
     size_t i = pos;
+    if (s[pos] == '0' && pos + 1 < lx->len && strchr("xXoObB", s[pos + 1]) && s[pos + 1])
+        return lex_radix(lx, pos);
     char buf[64];
     size_t nb = 0;
     bool is_float = false;

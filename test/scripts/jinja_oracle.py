@@ -120,6 +120,50 @@ CONSTRUCTS = {
     "crlf": "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n",
     "min-max-sum": "{{ [3, 1, 2] | min }}{{ [3, 1, 2] | max }}{{ [1, 2, 3] | sum }}{{ 'a b  c' | wordcount }}",
     "indent": "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(width=3, first=true) }}",
+    "nested-loops": "{% for a in [1, 2] %}{% set outer = loop %}{% for b in 'xy' %}{{ outer.index }}{{ loop.index }}"
+                    "{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}{% endfor %}{{ loop }}",
+    "lstrip-tabs": "x\n\t  {% if true %}y{% endif %}\n \t{# c #}\nz\n  {{ 'v' }}\n{{ 'a' }}\n{{ 'b' }}\n",
+    "precedence": "{{ messages | length > 0 }}{{ not messages | length }}{{ -1 | abs }}{{ 2 ** 3 ** 2 }}"
+                  "{{ 10 / 4 }}{{ 10 / 5 }}{{ 1 + 2 ~ 3 }}{{ 'a' ~ 1 + 2 }}{{ not 1 == 2 }}{{ 1 if 0 else 2 if 1 else 3 }}",
+    "int-float": "{{ 1.5 | int }}{{ '3.7' | int }}{{ '  42  ' | int }}{{ true | int }}{{ '0x1' | int }}"
+                 "{{ 2 | float }}{{ '1e2' | float }}{{ 1_000 }}{{ 1e3 }}{{ 0.5 * 3 }}{{ 7.0 // 2 }}{{ -7.5 % 2 }}",
+    "json-more": "{{ [1, [2, 3]] | tojson }}{{ {'e': [], 'f': {}, 'g': [{}]} | tojson(indent=2) }}"
+                 "{{ {'a': none} | tojson(indent=0) }}{{ 'x' ~ messages[0] }}",
+    "split-edge": "{{ ' a b '.split(' ') }}{{ 'a\\nb\\r\\nc'.split('\\n') }}{{ 'Hello'[::-1] }}{{ 'héllo'[::-1] }}"
+                  "{{ 'x' * 0 }}{{ [1] * 3 }}{{ '  a  b  '.split() }}{{ 'a,b,c'.split(',', 1) }}{{ ''.split() }}",
+    "range-dict-ns": "{{ range(3) | list }}{{ range(1, 10, 3) | list }}{{ range(5, 0, -2) | list }}{{ dict(a=1) }}"
+                     "{{ namespace(a=1).a }}{{ range(0) | list }}",
+    "macro-defaults": "{% macro f(a, b='?', c=none) %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}{{ f('x') }}{{ f('x', 'y') }}"
+                      "{{ f(c=3, a=1) }}{% macro g() %}{{ caller_thing }}{% endmacro %}{{ g() }}",
+    "undefined-ops": "{{ none | string }}{{ none | default('x') }}{{ nope | string }}{{ nope | length }}{{ nope ~ 'a' }}"
+                     "{{ nope is none }}{% if nope is not defined or nope %}y{% endif %}{{ nope | default(none) }}"
+                     "{% for x in nope %}no{% endfor %}{{ nope | first }}{{ nope | list }}",
+    "tuples": "{{ (1, 2) | list }}{{ (1,) }}{{ () }}{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}"
+              "{{ {'a': 1,} }}{{ [1, 2,] }}{{ \"multi\" \"part\" 'strings' }}",
+    "str-methods-2": "{{ 'abc'.startswith('') }}{{ 'a-b_c d'.title() }}{{ 'hello world'.capitalize() }}"
+                     "{{ '  x  '.rstrip() ~ '|' }}{{ '\u3000x\u00a0' | trim }}{{ 'x' | replace('', '-') }}"
+                     "{{ 'a.b.c'.split('.')[-1] }}{{ 'x'.join('abc') }}{{ 'aaa'.replace('a', 'b', 1) }}",
+    "map-select-2": "{{ [{'a': 2}, {'a': 1}] | map(attribute='a') | list }}{{ [{'a': 2}, {'b': 1}] | selectattr('a') | list }}"
+                    "{{ [{'a': {'b': 5}}] | map(attribute='a.b') | list }}{{ 'abc' | first }}{{ 'abc' | last }}"
+                    "{{ {'b': 1, 'a': 2} | items | list }}{{ {'a': 1} | list }}{{ ['a', ' b '] | map('trim') | join }}"
+                    "{{ [1, 2, 3] | select('odd') | list }}{{ [1, 2] | map('string') | join('+') }}",
+    "misc-tests": "{{ 7 is divisibleby(7) }}{{ 'x' | upper() }}{{ messages[0]['role'] | upper }}{{ 'abc' is lower }}"
+                  "{{ 'a' < 'b' }}{{ [1, 2] < [1, 3] }}{{ none is sameas none }}{{ 1 is sameas 1 }}{{ 'a' is in 'cat' }}",
+    "escapes": "{{ '\\'' }}{{ \"\\\"\" }}{{ '\\\\' }}{{ '\\x41\\101' }}{{ '\\q' }}{{ 'tab\\there' }}{{ '\\N' }}",
+    "err-hex-literal": "{{ 0x10 }}",
+    "err-leading-dot": "{{ .5 }}",
+    "err-loop-outside": "{{ loop.index }}",
+    "err-undefined-call": "{{ nothere() }}",
+    "err-none-attr": "{{ none.x }}x",
+    "err-int-str": "{{ 1 + 'a' }}",
+    "err-compare": "{{ 1 < 'a' }}",
+    "err-iter-int": "{% for x in 3 %}{% endfor %}",
+    "set-in-if-in-loop": "{% for m in messages %}{% if loop.first %}{% set first = m.role %}{% endif %}"
+                         "{{ first }}-{% endfor %}",
+    "loop-filter-length": "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }}"
+                          "{{ loop.last }} {% else %}none{% endfor %}",
+    "whitespace-mix": "{% for m in messages -%}\n  {{ m.role }}\n{%- endfor %}\n\n  {%- if true +%}\n  kept\n{% endif -%}\n   end",
+    "unicode-content": "{% for m in messages %}{{ m.content | length }}:{{ m.content[:3] }}:{{ m.content | upper }};{% endfor %}",
 }
 CONSTRUCT_CONV = ([(S, "sys"), (U, "Hi"), (A, "Hello"), (U, "Bye")], True)
 
