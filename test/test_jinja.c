@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "test_jinja.h"
 
 #include "model/gguf.h"
 #include "text/jinja.h"
@@ -288,7 +289,7 @@ static char *read_file(const char *path, size_t *n)
     return b;
 }
 
-static char *with_template(const char *model, const char *tmpl, const char *name)
+char *test_gguf_with_template(const char *model, const char *tmpl, const char *name)
 {
     size_t n;
     char *buf = read_file(model, &n);
@@ -340,7 +341,7 @@ START_TEST(cli_uses_model_template)
     free(out);
     /* A template that ignores the messages: the same prompt for any text,
      * unlike the model's own. */
-    char *fixed = with_template(model, "{{ 'one two three four five six seven' }}", "fixed");
+    char *fixed = test_gguf_with_template(model, "{{ 'one two three four five six seven' }}", "fixed");
     int a = prompt_tokens(cli, fixed, "hi", "", &out);
     ck_assert_msg(a > 0, "%s", out);
     free(out);
@@ -356,21 +357,21 @@ START_TEST(cli_uses_model_template)
                   base, out);
     free(out);
     /* A template that fails: the error names the model file and the line. */
-    char *bad = with_template(model, "{% if messages %}\n{{ raise_exception('no chat here') }}"
+    char *bad = test_gguf_with_template(model, "{% if messages %}\n{{ raise_exception('no chat here') }}"
                               "{% endif %}", "raises");
     ck_assert_int_eq(prompt_tokens(cli, bad, "hi", "", &out), -1);
     ck_assert_msg(strstr(out, bad) && strstr(out, "line 2") &&
                   strstr(out, "raise_exception: no chat here"), "%s", out);
     free(out);
     /* One that does not parse: refused when the model opens, by name. */
-    char *broken = with_template(model, "{% for m in messages %}", "broken");
+    char *broken = test_gguf_with_template(model, "{% for m in messages %}", "broken");
     ck_assert_int_eq(prompt_tokens(cli, broken, "hi", "", &out), -1);
     ck_assert_msg(strstr(out, broken) && strstr(out, "never closed") &&
                   strstr(out, "--chat-template"), "%s", out);
     free(out);
     /* chat, two turns, with a Mistral-style template (no ChatML at all):
      * the follow-up continues after the answer's eos. */
-    char *inst = with_template(model, "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}"
+    char *inst = test_gguf_with_template(model, "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}"
                                "[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}"
                                "{{ eos_token }}{% endif %}{% endfor %}", "inst");
     int rc = test_runf(&out, "printf 'hello there\\nand again\\n/stats\\n' | '%s' chat -m '%s' "
