@@ -811,15 +811,19 @@ jv jinja_call_func(jstate *s, int line, int fn, jv *a, const char **kw, size_t n
             v[na == 1 ? 1 : i] = need_int(s, line, a[i], "range");
         if (v[2] == 0)
             jfail(s, line, STRATA_E_ARG, "range step cannot be zero");
-        jlist *l = jl_new(s, 0);
-        for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
-            if (++s->steps > s->lim.max_steps)
-                jfail(s, line, STRATA_E_LIMIT, "more than %llu steps (range too long?)",
-                      (unsigned long long)s->lim.max_steps);
-            jl_push(s, l, jv_int(i));
-            if ((v[2] > 0 && i > INT64_MAX - v[2]) || (v[2] < 0 && i < INT64_MIN - v[2]))
-                break;
-        }
+        /* The length first (in unsigned arithmetic: no overflow), so a
+         * range past the step budget fails before it allocates. */
+        uint64_t span = v[2] > 0 ? (v[1] > v[0] ? (uint64_t)v[1] - (uint64_t)v[0] : 0)
+                                 : (v[0] > v[1] ? (uint64_t)v[0] - (uint64_t)v[1] : 0);
+        uint64_t st = v[2] > 0 ? (uint64_t)v[2] : 0 - (uint64_t)v[2];
+        uint64_t count = span / st + (span % st != 0);
+        if (count > s->lim.max_steps - s->steps)
+            jfail(s, line, STRATA_E_LIMIT, "more than %llu steps (range of %llu items)",
+                  (unsigned long long)s->lim.max_steps, (unsigned long long)count);
+        s->steps += count;
+        jlist *l = jl_new(s, (size_t)count);
+        for (uint64_t k = 0; k < count; k++)
+            jl_push(s, l, jv_int((int64_t)((uint64_t)v[0] + k * (uint64_t)v[2])));
         return list_value(l);
     }
     case JFN_STRFTIME: {

@@ -575,10 +575,11 @@ static void exec_for(jstate *s, const jnode *n, jframe *f)
     jloop *lp = js_alloc(s, sizeof *lp);
     lp->items = items;
     jv lv = {JV_LOOP, {.loop = lp}};
+    jframe *it = frame_new(s, f); /* emptied each turn: nothing keeps a frame */
     for (size_t i = 0; i < items->n; i++) {
         step(s, n->line);
         lp->i = i;
-        jframe *it = frame_new(s, f);
+        it->n = 0;
         frame_set(s, it, "loop", lv);
         bind_targets(s, n, it, items->v[i]);
         exec_body(s, n->v, n->nv, it);
