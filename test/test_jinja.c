@@ -244,6 +244,28 @@ START_TEST(limits_stop_hostile_templates)
     ck_assert_int_eq(render_src(deep, NULL, &out, &err), STRATA_E_LIMIT);
     ck_assert_msg(strstr(err.msg, "brackets nested too deep"), "%s", err.msg);
     free(deep);
+    /* Work that would loop on a huge count: answered at once, or stopped. */
+    ck_assert_int_eq(render_src("{{ (-1) ** 9223372036854775807 }}{{ 1 ** 9223372036854775807 }}"
+                                "{{ '' * 1000000000000000000 }}{{ [] * 1000000000000000000 }}",
+                                NULL, &out, &err), 0);
+    ck_assert_str_eq(out, "-11[]");
+    free(out);
+    ck_assert_int_eq(render_src("{{ 2 ** 64 }}", NULL, &out, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(render_src("{{ range(1000000000000) | length }}", NULL, &out, &err),
+                     STRATA_E_LIMIT);
+    ck_assert_int_eq(render_src("{% set s = 'b' * 4000000 %}{{ s.strip('c' * 4000000 ~ 'b') | length }}",
+                                NULL, &out, &err), STRATA_E_LIMIT);
+    /* Values nested without end: a list in a list 10000 times, a
+     * namespace holding itself (jinja2 would recurse until Python stops
+     * it). */
+    ck_assert_int_eq(render_src("{% set ns = namespace(x=[]) %}{% for i in range(10000) %}"
+                                "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}", NULL, &out,
+                                &err), STRATA_E_LIMIT);
+    ck_assert_msg(strstr(err.msg, "nested deeper than 200"), "%s", err.msg);
+    ck_assert_int_eq(render_src("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", NULL,
+                                &out, &err), STRATA_E_LIMIT);
+    ck_assert_int_eq(render_src("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns | tojson }}",
+                                NULL, &out, &err), STRATA_E_LIMIT);
     /* Within the limits the same kinds of template render. */
     ck_assert_int_eq(render_src("{% macro f(n) %}{% if n < 10 %}{{ f(n + 1) }}{% else %}{{ n }}"
                                 "{% endif %}{% endmacro %}{{ f(0) }}", NULL, &out, &err), 0);

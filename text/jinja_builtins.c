@@ -84,13 +84,17 @@ static size_t cp_len_before(const char *p, size_t n)
 }
 
 /* str.strip/lstrip/rstrip(chars): Python's whitespace without chars. */
-static jv py_strip(jv v, jv chars, bool left, bool right)
+static jv py_strip(jstate *s, jv v, jv chars, bool left, bool right)
 {
+    /* each character tested against chars costs a look through them */
+    uint64_t per = chars.k == JV_STR ? chars.u.s.n / 16 + 1 : 0;
     const char *p = v.u.s.p;
     size_t n = v.u.s.n;
     bool ws = chars.k != JV_STR;
     while (left && n) {
         size_t k = ws ? py_space_at(p, n) : in_chars(p, cp_len(p, n), chars) ? cp_len(p, n) : 0;
+        if (per)
+            js_charge(s, per);
         if (!k)
             break;
         p += k;
@@ -100,6 +104,8 @@ static jv py_strip(jv v, jv chars, bool left, bool right)
         size_t k = ws ? py_space_before(p, n)
                       : in_chars(p + n - cp_len_before(p, n), cp_len_before(p, n), chars)
                             ? cp_len_before(p, n) : 0;
+        if (per)
+            js_charge(s, per);
         if (!k)
             break;
         n -= k;
@@ -160,15 +166,16 @@ static jv replace(jstate *s, int line, jv v, jv old, jv new_, int64_t count)
         return jb_value(s, &b);
     }
     while (i < n) {
-        if ((count < 0 || done < count) && i + old.u.s.n <= n &&
-            memcmp(p + i, old.u.s.p, old.u.s.n) == 0) {
-            jw(s, &b, new_.u.s.p, new_.u.s.n);
-            i += old.u.s.n;
-            done++;
-        } else {
-            jw(s, &b, p + i, 1);
-            i++;
+        const char *at = count < 0 || done < count
+                             ? memmem(p + i, n - i, old.u.s.p, old.u.s.n) : NULL;
+        if (!at) {
+            jw(s, &b, p + i, n - i);
+            break;
         }
+        jw(s, &b, p + i, (size_t)(at - (p + i)));
+        jw(s, &b, new_.u.s.p, new_.u.s.n);
+        i = (size_t)(at - p) + old.u.s.n;
+        done++;
     }
     return jb_value(s, &b);
 }
@@ -186,7 +193,7 @@ static jv split(jstate *s, int line, jv v, jv sep, int64_t maxsplit)
             if (i >= n)
                 break;
             if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
-                jv rest = py_strip(jv_str(p + i, n - i), jv_none(), false, true);
+                jv rest = py_strip(s, jv_str(p + i, n - i), jv_none(), false, true);
                 jl_push(s, l, rest);
                 break;
             }
@@ -201,14 +208,12 @@ static jv split(jstate *s, int line, jv v, jv sep, int64_t maxsplit)
     if (sep.u.s.n == 0)
         jfail(s, line, STRATA_E_ARG, "split: empty separator");
     size_t st = 0;
-    while (i + sep.u.s.n <= n) {
-        if ((maxsplit < 0 || (int64_t)l->n < maxsplit) && memcmp(p + i, sep.u.s.p, sep.u.s.n) == 0) {
-            jl_push(s, l, jv_str(p + st, i - st));
-            i += sep.u.s.n;
-            st = i;
-        } else {
-            i++;
-        }
+    while (maxsplit < 0 || (int64_t)l->n < maxsplit) {
+        const char *at = memmem(p + st, n - st, sep.u.s.p, sep.u.s.n);
+        if (!at)
+            break;
+        jl_push(s, l, jv_str(p + st, (size_t)(at - (p + st))));
+        st = (size_t)(at - p) + sep.u.s.n;
     }
     jl_push(s, l, jv_str(p + st, n - st));
     return list_value(l);
@@ -238,14 +243,14 @@ static int64_t find(jv v, jv sub, int64_t *count)
         return 0;
     }
     for (size_t i = 0; i + sub.u.s.n <= v.u.s.n;) {
-        if (memcmp(v.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) {
-            if (first < 0)
-                first = (int64_t)utf8_count(v.u.s.p, i);
-            ++*count;
-            i += sub.u.s.n;
-        } else {
-            i++;
-        }
+        const char *at = memmem(v.u.s.p + i, v.u.s.n - i, sub.u.s.p, sub.u.s.n);
+        if (!at)
+            break;
+        i = (size_t)(at - v.u.s.p);
+        if (first < 0)
+            first = (int64_t)utf8_count(v.u.s.p, i);
+        ++*count;
+        i += sub.u.s.n;
     }
     return first;
 }
@@ -444,7 +449,7 @@ static jv to_int(jstate *s, jv x, jv dflt)
             return dflt;
         return jv_int((int64_t)x.u.f);
     case JV_STR: {
-        jv t = py_strip(x, jv_none(), true, true);
+        jv t = py_strip(s, x, jv_none(), true, true);
         char buf[64];
         if (t.u.s.n == 0 || t.u.s.n >= sizeof buf)
             return dflt;
@@ -527,7 +532,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
     int line = n->line;
     if (!strcmp(f, "safe")) return x;
     if (!strcmp(f, "trim"))
-        return py_strip(need_str(s, line, jv_to_str(s, x), "trim"),
+        return py_strip(s, need_str(s, line, jv_to_str(s, x), "trim"),
                         arg_or(a, kw, na, 0, "chars", jv_none()), true, true);
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         switch (x.k) {
@@ -588,7 +593,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         if (x.k == JV_FLOAT) return x;
         if (x.k == JV_INT || x.k == JV_BOOL) return jv_float((double)(x.k == JV_INT ? x.u.i : x.u.b));
         if (x.k == JV_STR) {
-            jv t = py_strip(x, jv_none(), true, true);
+            jv t = py_strip(s, x, jv_none(), true, true);
             char buf[64], *end;
             if (t.u.s.n && t.u.s.n < sizeof buf) {
                 memcpy(buf, t.u.s.p, t.u.s.n);
@@ -673,6 +678,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
     if (!strcmp(f, "unique")) {
         jlist *src = jv_iterate(s, line, x), *l = jl_new(s, 0);
         for (size_t i = 0; i < src->n; i++) {
+            js_charge(s, l->n + 1);
             bool seen = false;
             for (size_t k = 0; k < l->n && !seen; k++)
                 seen = jv_eq(l->v[k], src->v[i]);
@@ -708,9 +714,9 @@ jv jinja_method(jstate *s, int line, jv obj, const char *m, jv *a, const char **
 {
     if (obj.k == JV_STR) {
         jv none = jv_none();
-        if (!strcmp(m, "strip")) return py_strip(obj, arg_or(a, kw, na, 0, NULL, none), true, true);
-        if (!strcmp(m, "lstrip")) return py_strip(obj, arg_or(a, kw, na, 0, NULL, none), true, false);
-        if (!strcmp(m, "rstrip")) return py_strip(obj, arg_or(a, kw, na, 0, NULL, none), false, true);
+        if (!strcmp(m, "strip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, true);
+        if (!strcmp(m, "lstrip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, false);
+        if (!strcmp(m, "rstrip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), false, true);
         if (!strcmp(m, "upper")) return change_case(s, obj, CASE_UPPER);
         if (!strcmp(m, "lower")) return change_case(s, obj, CASE_LOWER);
         if (!strcmp(m, "title")) return change_case(s, obj, CASE_TITLE_METHOD);

@@ -216,6 +216,9 @@ static jv repeat(jstate *s, int line, jv seq, int64_t times)
 {
     if (times < 0)
         times = 0;
+    if ((seq.k == JV_STR && !seq.u.s.n) || (seq.k == JV_LIST && !seq.u.l->n))
+        times = 0; /* nothing to repeat: do not loop a huge count for it */
+    js_charge(s, (uint64_t)times);
     if (seq.k == JV_STR) {
         if (seq.u.s.n && (uint64_t)times > s->lim.max_memory / seq.u.s.n)
             jfail(s, line, STRATA_E_LIMIT, "string repetition past the memory limit");
@@ -260,10 +263,12 @@ static jv arith(jstate *s, int line, int op, jv a, jv b)
         case JOP_POW:
             if (y < 0)
                 return jv_float(pow((double)x, (double)y));
-            r = 1;
-            for (int64_t i = 0; i < y; i++) {
-                if (__builtin_mul_overflow(r, x, &r)) goto overflow;
-                if (r == 0 || r == 1) break;
+            r = 1; /* by squaring: y can be huge when x is 0, 1 or -1 */
+            for (int64_t base = x, e = y;;) {
+                if ((e & 1) && __builtin_mul_overflow(r, base, &r)) goto overflow;
+                e >>= 1;
+                if (!e) break;
+                if (__builtin_mul_overflow(base, base, &base)) goto overflow;
             }
             return jv_int(r);
         }
@@ -314,19 +319,17 @@ static bool contains(jstate *s, int line, jv needle, jv hay)
         if (needle.k != JV_STR)
             jfail(s, line, STRATA_E_TYPE, "'in <string>' requires a string, not %s",
                   jv_type_name(needle));
-        if (needle.u.s.n == 0)
-            return true;
-        for (size_t i = 0; i + needle.u.s.n <= hay.u.s.n; i++)
-            if (memcmp(hay.u.s.p + i, needle.u.s.p, needle.u.s.n) == 0)
-                return true;
-        return false;
+        js_charge(s, hay.u.s.n / 64);
+        return needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n);
     case JV_LIST:
+        js_charge(s, hay.u.l->n);
         for (size_t i = 0; i < hay.u.l->n; i++)
             if (jv_eq(needle, hay.u.l->v[i]))
                 return true;
         return false;
     case JV_DICT: {
         jv r;
+        js_charge(s, hay.u.d->n);
         return jd_get(hay.u.d, needle, &r);
     }
     case JV_UNDEF: /* jinja2's Undefined iterates as empty */

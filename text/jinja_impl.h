@@ -53,8 +53,8 @@ typedef struct jv {
     } u;
 } jv;
 
-struct jlist { jv *v; size_t n, cap; bool tuple; };
-struct jdict { jv *key, *val; size_t n, cap; bool ns; /* namespace(): attributes settable */ };
+struct jlist { jv *v; size_t n, cap; bool tuple; int depth; /* of nested lists/dicts */ };
+struct jdict { jv *key, *val; size_t n, cap; bool ns; /* namespace(): attributes settable */ int depth; };
 struct jloop { const jlist *items; size_t i; };
 
 enum { JFN_RAISE, JFN_NAMESPACE, JFN_RANGE, JFN_STRFTIME, JFN_DICT };
@@ -175,6 +175,7 @@ jbuf jb_new(jstate *s);               /* a buffer in the render's arena */
 void jw(jstate *s, jbuf *b, const char *p, size_t n); /* append or fail the render */
 jv jb_value(jstate *s, jbuf *b);       /* the buffer as a string value */
 void *js_alloc(jstate *s, size_t n);   /* fails the render past the memory cap */
+void js_charge(jstate *s, uint64_t units); /* work a builtin does, against the step budget */
 size_t utf8_count(const char *p, size_t n);
 size_t utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of code point cp */
 size_t py_space_at(const char *p, size_t n);  /* bytes of a Python whitespace char at p, or 0 */

@@ -318,8 +318,32 @@ jlist *jl_new(jstate *s, size_t cap)
     return l;
 }
 
+/* Lists and dicts nest at most MAX_NEST deep (namespaces, the only
+ * mutable values, are not counted through: they compare by identity), so
+ * comparing and printing values cannot run out of stack. */
+enum { MAX_NEST = 200 };
+
+static void note_depth(jstate *s, int *depth, jv v)
+{
+    int d = v.k == JV_LIST ? v.u.l->depth + 1 : v.k == JV_DICT && !v.u.d->ns ? v.u.d->depth + 1 : 0;
+    if (d > *depth) {
+        if (d > MAX_NEST)
+            jfail(s, s->line, STRATA_E_LIMIT, "lists and dicts nested deeper than %d", MAX_NEST);
+        *depth = d;
+    }
+}
+
+void js_charge(jstate *s, uint64_t units)
+{
+    if (units > s->lim.max_steps - s->steps)
+        jfail(s, s->line, STRATA_E_LIMIT, "more than %llu steps (a string or list too long "
+              "for the work asked?)", (unsigned long long)s->lim.max_steps);
+    s->steps += units;
+}
+
 void jl_push(jstate *s, jlist *l, jv v)
 {
+    note_depth(s, &l->depth, v);
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4;
         if (cap > s->lim.max_memory / sizeof(jv))
@@ -348,6 +372,10 @@ bool jd_get(const jdict *d, jv key, jv *out)
 
 void jd_set(jstate *s, jdict *d, jv key, jv val)
 {
+    if (!d->ns) {
+        note_depth(s, &d->depth, key);
+        note_depth(s, &d->depth, val);
+    }
     for (size_t i = 0; i < d->n; i++)
         if (jv_eq(d->key[i], key)) {
             d->val[i] = val;
@@ -433,8 +461,10 @@ static void write_repr_str(jstate *s, jbuf *b, const char *p, size_t n)
     jw(s, b, &q, 1);
 }
 
-void jv_write(jstate *s, jbuf *b, jv v, bool repr)
+static void write_value(jstate *s, jbuf *b, jv v, bool repr, int level)
 {
+    if (level > 2 * MAX_NEST) /* only through namespaces holding themselves */
+        jfail(s, s->line, STRATA_E_LIMIT, "value nested deeper than %d to print", 2 * MAX_NEST);
     char t[32];
     switch (v.k) {
     case JV_UNDEF: break;
@@ -457,7 +487,7 @@ void jv_write(jstate *s, jbuf *b, jv v, bool repr)
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
                 jw(s, b, ", ", 2);
-            jv_write(s, b, v.u.l->v[i], true);
+            write_value(s, b, v.u.l->v[i], true, level + 1);
         }
         if (tup && v.u.l->n == 1)
             jw(s, b, ",", 1);
@@ -472,9 +502,9 @@ void jv_write(jstate *s, jbuf *b, jv v, bool repr)
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i)
                 jw(s, b, ", ", 2);
-            jv_write(s, b, v.u.d->key[i], true);
+            write_value(s, b, v.u.d->key[i], true, level + 1);
             jw(s, b, ": ", 2);
-            jv_write(s, b, v.u.d->val[i], true);
+            write_value(s, b, v.u.d->val[i], true, level + 1);
         }
         jw(s, b, "}", 1);
         if (v.u.d->ns)
@@ -485,6 +515,8 @@ void jv_write(jstate *s, jbuf *b, jv v, bool repr)
     case JV_FUNC: jw(s, b, "<function>", 10); break;
     }
 }
+
+void jv_write(jstate *s, jbuf *b, jv v, bool repr) { write_value(s, b, v, repr, 0); }
 
 jv jv_to_str(jstate *s, jv v)
 {
