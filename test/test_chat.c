@@ -247,7 +247,7 @@ START_TEST(demo_template_equals_builtin)
     char *text = strndup(tmpl.p, tmpl.len);
     ck_assert_int_eq(chat_template_init(&builtin, text, "chatml", &err), 0);
     ck_assert_ptr_null(builtin.jinja);
-    builtin.default_system = strdup(own.default_system);
+    ck_assert_str_eq(builtin.default_system, own.default_system);
     chat_msg convs[][5] = {
         {{"user", "Hi"}},
         {{"system", "Be brief."}, {"user", "What is the capital of France?"}},
