@@ -10,8 +10,6 @@
 
 #include "text/jinja_impl.h"
 
-static jv list_value(jlist *l) { jv v = {JV_LIST, {.l = l}}; return v; }
-static jv dict_value(jdict *d) { jv v = {JV_DICT, {.d = d}}; return v; }
 
 /* The argument at position pos (counting positional ones) or named name. */
 static bool arg(jv *a, const char **kw, size_t na, size_t pos, const char *name, jv *out)
@@ -37,239 +35,7 @@ static jv arg_or(jv *a, const char **kw, size_t na, size_t pos, const char *name
     return arg(a, kw, na, pos, name, &v) ? v : dflt;
 }
 
-static jv need_str(jstate *s, int line, jv v, const char *what)
-{
-    if (v.k != JV_STR)
-        jfail(s, line, STRATA_E_TYPE, "%s needs a string, not %s", what, jv_type_name(v));
-    return v;
-}
-
-static int64_t need_int(jstate *s, int line, jv v, const char *what)
-{
-    if (v.k == JV_INT) return v.u.i;
-    if (v.k == JV_BOOL) return v.u.b;
-    jfail(s, line, STRATA_E_TYPE, "%s needs an integer, not %s", what, jv_type_name(v));
-}
-
-/* ---- strings ------------------------------------------------------------- */
-static bool in_chars(const char *p, size_t n, jv chars)
-{
-    if (chars.k != JV_STR)
-        return false;
-    for (size_t i = 0; i + n <= chars.u.s.n; i++) {
-        size_t k = 1;
-        while (i + k < chars.u.s.n && ((unsigned char)chars.u.s.p[i + k] & 0xC0) == 0x80)
-            k++;
-        if (k == n && memcmp(chars.u.s.p + i, p, n) == 0)
-            return true;
-        i += k - 1;
-    }
-    return false;
-}
-
-static size_t cp_len(const char *p, size_t n)
-{
-    size_t k = 1;
-    while (k < n && ((unsigned char)p[k] & 0xC0) == 0x80)
-        k++;
-    return k;
-}
-
-static size_t cp_len_before(const char *p, size_t n)
-{
-    size_t k = 1;
-    while (k < n && ((unsigned char)p[n - k] & 0xC0) == 0x80)
-        k++;
-    return k;
-}
-
-/* str.strip/lstrip/rstrip(chars): Python's whitespace without chars. */
-static jv py_strip(jstate *s, jv v, jv chars, bool left, bool right)
-{
-    /* each character tested against chars costs a look through them */
-    uint64_t per = chars.k == JV_STR ? chars.u.s.n / 16 + 1 : 0;
-    const char *p = v.u.s.p;
-    size_t n = v.u.s.n;
-    bool ws = chars.k != JV_STR;
-    while (left && n) {
-        size_t k = ws ? py_space_at(p, n) : in_chars(p, cp_len(p, n), chars) ? cp_len(p, n) : 0;
-        if (per)
-            js_charge(s, per);
-        if (!k)
-            break;
-        p += k;
-        n -= k;
-    }
-    while (right && n) {
-        size_t k = ws ? py_space_before(p, n)
-                      : in_chars(p + n - cp_len_before(p, n), cp_len_before(p, n), chars)
-                            ? cp_len_before(p, n) : 0;
-        if (per)
-            js_charge(s, per);
-        if (!k)
-            break;
-        n -= k;
-    }
-    return jv_str(p, n);
-}
-
-static char up(char c) { return c >= 'a' && c <= 'z' ? (char)(c - 32) : c; }
-static char low(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
 static bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
-enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_METHOD, CASE_TITLE_FILTER };
-
-static jv change_case(jstate *s, jv v, int how)
-{
-    char *q = js_alloc(s, v.u.s.n + 1);
-    bool start = true;
-    for (size_t i = 0; i < v.u.s.n; i++) {
-        char c = v.u.s.p[i];
-        switch (how) {
-        case CASE_UPPER: q[i] = up(c); break;
-        case CASE_LOWER: q[i] = low(c); break;
-        case CASE_CAPITALIZE: q[i] = i == 0 ? up(c) : low(c); break;
-        case CASE_TITLE_METHOD: /* str.title(): a letter after a non-letter starts a word */
-            q[i] = start ? up(c) : low(c);
-            start = !alpha(c) && ((unsigned char)c < 0x80);
-            break;
-        default: /* jinja2's title: words begin after runs of - whitespace ( { [ < */
-            q[i] = start ? up(c) : low(c);
-            start = strchr("-({[< \t\n\r\f\v", c) != NULL && c != '\0';
-        }
-    }
-    return jv_str(q, v.u.s.n);
-}
-
-static jv replace(jstate *s, int line, jv v, jv old, jv new_, int64_t count)
-{
-    need_str(s, line, old, "replace");
-    need_str(s, line, new_, "replace");
-    jbuf b = jb_new(s);
-    const char *p = v.u.s.p;
-    size_t n = v.u.s.n, i = 0;
-    int64_t done = 0;
-    if (old.u.s.n == 0) { /* Python inserts new between every character */
-        while (i <= n) {
-            if (count >= 0 && done >= count) {
-                jw(s, &b, p + i, n - i);
-                break;
-            }
-            jw(s, &b, new_.u.s.p, new_.u.s.n);
-            done++;
-            if (i == n)
-                break;
-            size_t k = cp_len(p + i, n - i);
-            jw(s, &b, p + i, k);
-            i += k;
-        }
-        return jb_value(s, &b);
-    }
-    while (i < n) {
-        const char *at = count < 0 || done < count
-                             ? memmem(p + i, n - i, old.u.s.p, old.u.s.n) : NULL;
-        if (!at) {
-            jw(s, &b, p + i, n - i);
-            break;
-        }
-        jw(s, &b, p + i, (size_t)(at - (p + i)));
-        jw(s, &b, new_.u.s.p, new_.u.s.n);
-        i = (size_t)(at - p) + old.u.s.n;
-        done++;
-    }
-    return jb_value(s, &b);
-}
-
-static jv split(jstate *s, int line, jv v, jv sep, int64_t maxsplit)
-{
-    jlist *l = jl_new(s, 0);
-    const char *p = v.u.s.p;
-    size_t n = v.u.s.n, i = 0;
-    if (sep.k == JV_NONE || sep.k == JV_UNDEF) { /* runs of whitespace, none at the ends */
-        for (;;) {
-            size_t k;
-            while (i < n && (k = py_space_at(p + i, n - i)))
-                i += k;
-            if (i >= n)
-                break;
-            if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
-                jv rest = py_strip(s, jv_str(p + i, n - i), jv_none(), false, true);
-                jl_push(s, l, rest);
-                break;
-            }
-            size_t st = i;
-            while (i < n && !py_space_at(p + i, n - i))
-                i++;
-            jl_push(s, l, jv_str(p + st, i - st));
-        }
-        return list_value(l);
-    }
-    need_str(s, line, sep, "split");
-    if (sep.u.s.n == 0)
-        jfail(s, line, STRATA_E_ARG, "split: empty separator");
-    size_t st = 0;
-    while (maxsplit < 0 || (int64_t)l->n < maxsplit) {
-        const char *at = memmem(p + st, n - st, sep.u.s.p, sep.u.s.n);
-        if (!at)
-            break;
-        jl_push(s, l, jv_str(p + st, (size_t)(at - (p + st))));
-        st = (size_t)(at - p) + sep.u.s.n;
-    }
-    jl_push(s, l, jv_str(p + st, n - st));
-    return list_value(l);
-}
-
-static bool affix(jstate *s, int line, jv v, jv what, bool start)
-{
-    if (what.k == JV_LIST) {
-        for (size_t i = 0; i < what.u.l->n; i++)
-            if (affix(s, line, v, what.u.l->v[i], start))
-                return true;
-        return false;
-    }
-    need_str(s, line, what, start ? "startswith" : "endswith");
-    if (what.u.s.n > v.u.s.n)
-        return false;
-    return memcmp(start ? v.u.s.p : v.u.s.p + v.u.s.n - what.u.s.n, what.u.s.p,
-                  what.u.s.n) == 0;
-}
-
-static int64_t find(jv v, jv sub, int64_t *count)
-{
-    int64_t first = -1;
-    *count = 0;
-    if (sub.u.s.n == 0) {
-        *count = (int64_t)utf8_count(v.u.s.p, v.u.s.n) + 1;
-        return 0;
-    }
-    for (size_t i = 0; i + sub.u.s.n <= v.u.s.n;) {
-        const char *at = memmem(v.u.s.p + i, v.u.s.n - i, sub.u.s.p, sub.u.s.n);
-        if (!at)
-            break;
-        i = (size_t)(at - v.u.s.p);
-        if (first < 0)
-            first = (int64_t)utf8_count(v.u.s.p, i);
-        ++*count;
-        i += sub.u.s.n;
-    }
-    return first;
-}
-
-static jv join(jstate *s, int line, jv seq, jv sep, jv attr)
-{
-    jlist *l = jv_iterate(s, line, seq);
-    jv sp = jv_to_str(s, sep);
-    jbuf b = jb_new(s);
-    for (size_t i = 0; i < l->n; i++) {
-        if (i)
-            jw(s, &b, sp.u.s.p, sp.u.s.n);
-        jv x = l->v[i];
-        if (attr.k == JV_STR)
-            x = x.k == JV_DICT ? (jd_get(x.u.d, attr, &x) ? x : jv_undef()) : jv_undef();
-        jv_write(s, &b, x, false);
-    }
-    return jb_value(s, &b);
-}
 
 /* ---- tests --------------------------------------------------------------- */
 static const char *const TESTS[] = {
@@ -320,7 +86,7 @@ static bool run_test(jstate *s, int line, const char *t, jv x, jv *a, size_t na)
         return cased;
     }
     if (!strcmp(t, "odd") || !strcmp(t, "even")) {
-        int64_t v = need_int(s, line, x, t);
+        int64_t v = js_need_int(s, line, x, t);
         return (v % 2 != 0) == (t[0] == 'o');
     }
     if (!na)
@@ -333,9 +99,9 @@ static bool run_test(jstate *s, int line, const char *t, jv x, jv *a, size_t na)
     if (!strcmp(t, "ge") || !strcmp(t, ">=")) return jv_cmp(s, line, x, y) >= 0;
     if (!strcmp(t, "in")) {
         if (y.k == JV_STR) {
-            need_str(s, line, x, "test 'in'");
+            js_need_str(s, line, x, "test 'in'");
             int64_t c;
-            return find(y, x, &c) >= 0;
+            return js_find(y, x, &c) >= 0;
         }
         jlist *l = jv_iterate(s, line, y);
         for (size_t i = 0; i < l->n; i++)
@@ -351,7 +117,7 @@ static bool run_test(jstate *s, int line, const char *t, jv x, jv *a, size_t na)
         return jv_eq(x, y);
     }
     if (!strcmp(t, "divisibleby")) {
-        int64_t v = need_int(s, line, x, t), d = need_int(s, line, y, t);
+        int64_t v = js_need_int(s, line, x, t), d = js_need_int(s, line, y, t);
         if (d == 0)
             jfail(s, line, STRATA_E_ARG, "divisibleby 0");
         return d == -1 || v % d == 0;
@@ -436,7 +202,7 @@ static jv select_items(jstate *s, int line, jv seq, jv *a, const char **kw, size
         if (ok == want)
             jl_push(s, out, in->v[i]);
     }
-    return list_value(out);
+    return jv_list(out);
 }
 
 static jv to_int(jstate *s, jv x, jv dflt)
@@ -449,7 +215,7 @@ static jv to_int(jstate *s, jv x, jv dflt)
             return dflt;
         return jv_int((int64_t)x.u.f);
     case JV_STR: {
-        jv t = py_strip(s, x, jv_none(), true, true);
+        jv t = js_strip(s, x, jv_none(), true, true);
         char buf[64];
         if (t.u.s.n == 0 || t.u.s.n >= sizeof buf)
             return dflt;
@@ -478,7 +244,7 @@ static jv indent(jstate *s, int line, jv v, jv width, bool first, bool blank)
 {
     jv ind = width.k == JV_STR ? width : jv_undef();
     if (ind.k == JV_UNDEF) {
-        int64_t w = need_int(s, line, width, "indent");
+        int64_t w = js_need_int(s, line, width, "indent");
         if (w < 0) w = 0;
         if (w > 1024) jfail(s, line, STRATA_E_LIMIT, "indent wider than 1024");
         char *p = js_alloc(s, (size_t)w + 1);
@@ -532,7 +298,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
     int line = n->line;
     if (!strcmp(f, "safe")) return x;
     if (!strcmp(f, "trim"))
-        return py_strip(s, need_str(s, line, jv_to_str(s, x), "trim"),
+        return js_strip(s, js_need_str(s, line, jv_to_str(s, x), "trim"),
                         arg_or(a, kw, na, 0, "chars", jv_none()), true, true);
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         switch (x.k) {
@@ -547,7 +313,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         jv ind = arg_or(a, kw, na, 0, "indent", jv_none());
         int indent = -1;
         if (ind.k != JV_NONE) {
-            int64_t w = need_int(s, line, ind, "tojson indent");
+            int64_t w = js_need_int(s, line, ind, "tojson indent");
             indent = w < 0 ? 0 : w > 64 ? 64 : (int)w;
         }
         jbuf b = jb_new(s);
@@ -561,22 +327,22 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         return l->n ? l->v[f[0] == 'f' ? 0 : l->n - 1] : jv_undef();
     }
     if (!strcmp(f, "join"))
-        return join(s, line, x, arg_or(a, kw, na, 0, "d", jv_str("", 0)),
+        return js_join(s, line, x, arg_or(a, kw, na, 0, "d", jv_str("", 0)),
                     arg_or(a, kw, na, 1, "attribute", jv_none()));
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         jv dflt = arg_or(a, kw, na, 0, "default_value", jv_str("", 0));
         bool boolean = jv_truthy(arg_or(a, kw, na, 1, "boolean", jv_bool(false)));
         return x.k == JV_UNDEF || (boolean && !jv_truthy(x)) ? dflt : x;
     }
-    if (!strcmp(f, "upper")) return change_case(s, jv_to_str(s, x), CASE_UPPER);
-    if (!strcmp(f, "lower")) return change_case(s, jv_to_str(s, x), CASE_LOWER);
-    if (!strcmp(f, "capitalize")) return change_case(s, jv_to_str(s, x), CASE_CAPITALIZE);
-    if (!strcmp(f, "title")) return change_case(s, jv_to_str(s, x), CASE_TITLE_FILTER);
+    if (!strcmp(f, "upper")) return js_case(s, jv_to_str(s, x), CASE_UPPER);
+    if (!strcmp(f, "lower")) return js_case(s, jv_to_str(s, x), CASE_LOWER);
+    if (!strcmp(f, "capitalize")) return js_case(s, jv_to_str(s, x), CASE_CAPITALIZE);
+    if (!strcmp(f, "title")) return js_case(s, jv_to_str(s, x), CASE_TITLE_FILTER);
     if (!strcmp(f, "string")) return jv_to_str(s, x);
     if (!strcmp(f, "items")) {
         jlist *l = jl_new(s, 0);
         if (x.k == JV_UNDEF)
-            return list_value(l);
+            return jv_list(l);
         if (x.k != JV_DICT)
             jfail(s, line, STRATA_E_TYPE, "items needs a mapping, not %s", jv_type_name(x));
         for (size_t i = 0; i < x.u.d->n; i++) {
@@ -584,16 +350,16 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
             pair->tuple = true;
             jl_push(s, pair, x.u.d->key[i]);
             jl_push(s, pair, x.u.d->val[i]);
-            jl_push(s, l, list_value(pair));
+            jl_push(s, l, jv_list(pair));
         }
-        return list_value(l);
+        return jv_list(l);
     }
     if (!strcmp(f, "int")) return to_int(s, x, arg_or(a, kw, na, 0, "default", jv_int(0)));
     if (!strcmp(f, "float")) {
         if (x.k == JV_FLOAT) return x;
         if (x.k == JV_INT || x.k == JV_BOOL) return jv_float((double)(x.k == JV_INT ? x.u.i : x.u.b));
         if (x.k == JV_STR) {
-            jv t = py_strip(s, x, jv_none(), true, true);
+            jv t = js_strip(s, x, jv_none(), true, true);
             char buf[64], *end;
             if (t.u.s.n && t.u.s.n < sizeof buf) {
                 memcpy(buf, t.u.s.p, t.u.s.n);
@@ -609,7 +375,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         jlist *src = jv_iterate(s, line, x), *l = jl_new(s, src->n);
         for (size_t i = 0; i < src->n; i++)
             jl_push(s, l, src->v[i]);
-        return list_value(l);
+        return jv_list(l);
     }
     if (!strcmp(f, "selectattr")) return select_items(s, line, x, a, kw, na, true, true);
     if (!strcmp(f, "rejectattr")) return select_items(s, line, x, a, kw, na, true, false);
@@ -626,7 +392,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
                 jv v = item_attr(s, in->v[i], attr);
                 jl_push(s, out, v.k == JV_UNDEF ? dflt : v);
             }
-            return list_value(out);
+            return jv_list(out);
         }
         if (!arg(a, kw, na, 0, NULL, &fname) || fname.k != JV_STR)
             jfail(s, line, STRATA_E_ARG, "map needs attribute= or a filter name");
@@ -638,7 +404,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         sub.name = name;
         for (size_t i = 0; i < in->n; i++)
             jl_push(s, out, jinja_filter(s, &sub, in->v[i], a + 1, kw ? kw + 1 : NULL, na - 1));
-        return list_value(out);
+        return jv_list(out);
     }
     if (!strcmp(f, "reverse")) {
         if (x.k == JV_STR) {
@@ -651,15 +417,15 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
         jlist *src = jv_iterate(s, line, x), *l = jl_new(s, src->n);
         for (size_t i = src->n; i-- > 0;)
             jl_push(s, l, src->v[i]);
-        return list_value(l);
+        return jv_list(l);
     }
     if (!strcmp(f, "replace")) {
         jv old, new_;
         if (!arg(a, kw, na, 0, "old", &old) || !arg(a, kw, na, 1, "new", &new_))
             jfail(s, line, STRATA_E_ARG, "replace needs old and new");
         jv cnt = arg_or(a, kw, na, 2, "count", jv_none());
-        return replace(s, line, jv_to_str(s, x), old, new_,
-                       cnt.k == JV_NONE ? -1 : need_int(s, line, cnt, "replace count"));
+        return js_replace(s, line, jv_to_str(s, x), old, new_,
+                       cnt.k == JV_NONE ? -1 : js_need_int(s, line, cnt, "replace count"));
     }
     if (!strcmp(f, "indent"))
         return indent(s, line, jv_to_str(s, x), arg_or(a, kw, na, 0, "width", jv_int(4)),
@@ -685,7 +451,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
             if (!seen)
                 jl_push(s, l, src->v[i]);
         }
-        return list_value(l);
+        return jv_list(l);
     }
     if (!strcmp(f, "sum")) {
         jlist *src = jv_iterate(s, line, x);
@@ -703,7 +469,7 @@ jv jinja_filter(jstate *s, const jnode *n, jv x, jv *a, const char **kw, size_t 
     }
     if (!strcmp(f, "min") || !strcmp(f, "max")) return minmax(s, line, x, f[1] == 'a');
     if (!strcmp(f, "wordcount")) {
-        jv w = split(s, line, jv_to_str(s, x), jv_none(), -1);
+        jv w = js_split(s, line, jv_to_str(s, x), jv_none(), -1);
         return jv_int((int64_t)w.u.l->n);
     }
     jfail(s, line, STRATA_E_UNSUPPORTED, "unknown filter '%s'", f);
@@ -714,36 +480,36 @@ jv jinja_method(jstate *s, int line, jv obj, const char *m, jv *a, const char **
 {
     if (obj.k == JV_STR) {
         jv none = jv_none();
-        if (!strcmp(m, "strip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, true);
-        if (!strcmp(m, "lstrip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, false);
-        if (!strcmp(m, "rstrip")) return py_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), false, true);
-        if (!strcmp(m, "upper")) return change_case(s, obj, CASE_UPPER);
-        if (!strcmp(m, "lower")) return change_case(s, obj, CASE_LOWER);
-        if (!strcmp(m, "title")) return change_case(s, obj, CASE_TITLE_METHOD);
-        if (!strcmp(m, "capitalize")) return change_case(s, obj, CASE_CAPITALIZE);
+        if (!strcmp(m, "strip")) return js_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, true);
+        if (!strcmp(m, "lstrip")) return js_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), true, false);
+        if (!strcmp(m, "rstrip")) return js_strip(s, obj, arg_or(a, kw, na, 0, NULL, none), false, true);
+        if (!strcmp(m, "upper")) return js_case(s, obj, CASE_UPPER);
+        if (!strcmp(m, "lower")) return js_case(s, obj, CASE_LOWER);
+        if (!strcmp(m, "title")) return js_case(s, obj, CASE_TITLE_METHOD);
+        if (!strcmp(m, "capitalize")) return js_case(s, obj, CASE_CAPITALIZE);
         if (!strcmp(m, "split")) {
             jv ms = arg_or(a, kw, na, 1, "maxsplit", jv_int(-1));
-            return split(s, line, obj, arg_or(a, kw, na, 0, "sep", none),
-                         need_int(s, line, ms, "split maxsplit"));
+            return js_split(s, line, obj, arg_or(a, kw, na, 0, "sep", none),
+                         js_need_int(s, line, ms, "split maxsplit"));
         }
         if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
             jv w;
             if (!arg(a, kw, na, 0, NULL, &w))
                 jfail(s, line, STRATA_E_ARG, "%s needs an argument", m);
-            return jv_bool(affix(s, line, obj, w, m[0] == 's'));
+            return jv_bool(js_affix(s, line, obj, w, m[0] == 's'));
         }
         if (!strcmp(m, "replace")) {
             jv old, new_;
             if (!arg(a, kw, na, 0, NULL, &old) || !arg(a, kw, na, 1, NULL, &new_))
                 jfail(s, line, STRATA_E_ARG, "replace needs old and new");
             jv cnt = arg_or(a, kw, na, 2, "count", jv_int(-1));
-            return replace(s, line, obj, old, new_, need_int(s, line, cnt, "replace count"));
+            return js_replace(s, line, obj, old, new_, js_need_int(s, line, cnt, "replace count"));
         }
         if (!strcmp(m, "find") || !strcmp(m, "count")) {
             jv sub;
             if (!arg(a, kw, na, 0, NULL, &sub))
                 jfail(s, line, STRATA_E_ARG, "%s needs an argument", m);
-            int64_t c, at = find(obj, need_str(s, line, sub, m), &c);
+            int64_t c, at = js_find(obj, js_need_str(s, line, sub, m), &c);
             return jv_int(m[0] == 'f' ? at : c);
         }
         if (!strcmp(m, "join")) {
@@ -752,8 +518,8 @@ jv jinja_method(jstate *s, int line, jv obj, const char *m, jv *a, const char **
                 jfail(s, line, STRATA_E_ARG, "join needs an argument");
             jlist *l = jv_iterate(s, line, seq);
             for (size_t i = 0; i < l->n; i++)
-                need_str(s, line, l->v[i], "str.join");
-            return join(s, line, seq, obj, none);
+                js_need_str(s, line, l->v[i], "str.join");
+            return js_join(s, line, seq, obj, none);
         }
     } else if (obj.k == JV_DICT) {
         if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
@@ -768,10 +534,10 @@ jv jinja_method(jstate *s, int line, jv obj, const char *m, jv *a, const char **
                     pair->tuple = true;
                     jl_push(s, pair, obj.u.d->key[i]);
                     jl_push(s, pair, obj.u.d->val[i]);
-                    jl_push(s, l, list_value(pair));
+                    jl_push(s, l, jv_list(pair));
                 }
             }
-            return list_value(l);
+            return jv_list(l);
         }
         if (!strcmp(m, "get")) {
             jv key, r;
@@ -807,14 +573,14 @@ jv jinja_call_func(jstate *s, int line, int fn, jv *a, const char **kw, size_t n
                       fn == JFN_DICT ? "dict" : "namespace");
             }
         }
-        return dict_value(d);
+        return jv_dict(d);
     }
     case JFN_RANGE: {
         int64_t v[3] = {0, 0, 1};
         if (na < 1 || na > 3)
             jfail(s, line, STRATA_E_ARG, "range takes 1 to 3 arguments");
         for (size_t i = 0; i < na; i++)
-            v[na == 1 ? 1 : i] = need_int(s, line, a[i], "range");
+            v[na == 1 ? 1 : i] = js_need_int(s, line, a[i], "range");
         if (v[2] == 0)
             jfail(s, line, STRATA_E_ARG, "range step cannot be zero");
         /* The length first (in unsigned arithmetic: no overflow), so a
@@ -830,10 +596,10 @@ jv jinja_call_func(jstate *s, int line, int fn, jv *a, const char **kw, size_t n
         jlist *l = jl_new(s, (size_t)count);
         for (uint64_t k = 0; k < count; k++)
             jl_push(s, l, jv_int((int64_t)((uint64_t)v[0] + k * (uint64_t)v[2])));
-        return list_value(l);
+        return jv_list(l);
     }
     case JFN_STRFTIME: {
-        jv fmt = need_str(s, line, arg_or(a, kw, na, 0, NULL, jv_undef()), "strftime_now");
+        jv fmt = js_need_str(s, line, arg_or(a, kw, na, 0, NULL, jv_undef()), "strftime_now");
         if (fmt.u.s.n > 200)
             jfail(s, line, STRATA_E_LIMIT, "strftime_now: format longer than 200 bytes");
         char f[208], out[1024];

@@ -65,6 +65,8 @@ static inline jv jv_bool(bool b) { jv v = {JV_BOOL, {.b = b}}; return v; }
 static inline jv jv_int(int64_t i) { jv v = {JV_INT, {.i = i}}; return v; }
 static inline jv jv_float(double f) { jv v = {JV_FLOAT, {.f = f}}; return v; }
 static inline jv jv_str(const char *p, size_t n) { jv v = {JV_STR, {.s = {p, n}}}; return v; }
+static inline jv jv_list(jlist *l) { jv v = {JV_LIST, {.l = l}}; return v; }
+static inline jv jv_dict(jdict *d) { jv v = {JV_DICT, {.d = d}}; return v; }
 
 /* ---- growing byte buffer ------------------------------------------------- */
 typedef struct jbuf {
@@ -181,6 +183,18 @@ size_t utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of code p
 size_t py_space_at(const char *p, size_t n);  /* bytes of a Python whitespace char at p, or 0 */
 size_t py_space_before(const char *p, size_t n); /* same, for the char that ends at p+n */
 jlist *jv_iterate(jstate *s, int line, jv v); /* list of items, keys, chars */
+
+/* string work (jinja_strings.c) */
+jv js_need_str(jstate *s, int line, jv v, const char *what);     /* v, or fail */
+int64_t js_need_int(jstate *s, int line, jv v, const char *what); /* int or bool, or fail */
+jv js_strip(jstate *s, jv v, jv chars, bool left, bool right); /* chars not a str: whitespace */
+enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_METHOD, CASE_TITLE_FILTER };
+jv js_case(jstate *s, jv v, int how);
+jv js_replace(jstate *s, int line, jv v, jv old, jv new_, int64_t count); /* count < 0: all */
+jv js_split(jstate *s, int line, jv v, jv sep, int64_t maxsplit); /* sep none: whitespace */
+bool js_affix(jstate *s, int line, jv v, jv what, bool start);    /* what: str or list of str */
+int64_t js_find(jv v, jv sub, int64_t *count); /* first index in code points or -1; count */
+jv js_join(jstate *s, int line, jv seq, jv sep, jv attr);
 
 /* builtins (jinja_builtins.c) */
 jv jinja_filter(jstate *s, const jnode *n, jv x, jv *args, const char **kw, size_t na);
