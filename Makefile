@@ -5,7 +5,7 @@
 #   make layers        check that every #include between folders points down
 #   make asan          the tests under AddressSanitizer + UBSan (CPU build, small sets)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
-#   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP), FUZZ_SECONDS each (default 60)
+#   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP, chat templates), FUZZ_SECONDS each (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
 #   make chat          build, fetch the demo model, start strata-cli chat
 #   make bench         the standard benchmarks
@@ -154,15 +154,21 @@ $(BUILD)/fuzz_json: test/fuzz/fuzz_json.c serve/json.c text/unicode.c text/unico
 $(BUILD)/fuzz_http: test/fuzz/fuzz_http.c serve/http_parse.c base/error.c
 	@mkdir -p $(@D)
 	clang $(FUZZ_FLAGS) -o $@ $^
+$(BUILD)/fuzz_jinja: test/fuzz/fuzz_jinja.c $(wildcard text/jinja_*.c) base/error.c
+	@mkdir -p $(@D)
+	clang $(FUZZ_FLAGS) -o $@ $^ -lm
 # Each target runs for FUZZ_SECONDS (CI: 30 s each), from its own corpus.
-fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_json $(BUILD)/fuzz_http
-	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-json $(BUILD)/fuzz-corpus-http
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_json $(BUILD)/fuzz_http $(BUILD)/fuzz_jinja
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-json $(BUILD)/fuzz-corpus-http \
+	    $(BUILD)/fuzz-corpus-jinja
 	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    $(BUILD)/fuzz-corpus test/fuzz/corpus
 	$(BUILD)/fuzz_json -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    $(BUILD)/fuzz-corpus-json test/fuzz/corpus_json
 	$(BUILD)/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
 	    $(BUILD)/fuzz-corpus-http test/fuzz/corpus_http
+	$(BUILD)/fuzz_jinja -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+	    -dict=test/fuzz/jinja.dict $(BUILD)/fuzz-corpus-jinja test/data/templates
 
 model:
 	@scripts/fetch-model.sh

@@ -130,7 +130,7 @@ START_TEST(next_turn_continues_history)
         free(a), free(next), free(want), free(got);
         chat_template_free(&t);
     }
-    chat_template t = {CHAT_FORMAT_CHATML, NULL};
+    chat_template t = {.format = CHAT_FORMAT_CHATML};
     char *next;
     strata_error err = {0};
     ck_assert_int_eq(chat_render_next_turn(&t, "Hi", &next, &err), 0);
@@ -159,7 +159,7 @@ START_TEST(gemma_render)
 {
     chat_template t;
     strata_error err = {0};
-    ck_assert_int_eq(chat_template_init(&t, "{{ bos_token }}<start_of_turn>", NULL, &err), 0);
+    ck_assert_int_eq(chat_template_init(&t, NULL, "gemma", &err), 0);
     chat_msg m[] = {{"system", "Be brief."}, {"user", "Hi"}};
     char *s = render(&t, m, 2, true);
     /* doc/formats.md §5.5's example is "<bos>" + this: BOS comes from the
@@ -178,7 +178,7 @@ END_TEST
 
 START_TEST(render_errors)
 {
-    chat_template t = {CHAT_FORMAT_NONE, NULL};
+    chat_template t = {.format = CHAT_FORMAT_NONE};
     char *s;
     strata_error err = {0};
     chat_msg m[] = {{"user", NULL}};
@@ -227,6 +227,85 @@ START_TEST(demo_model_template)
 }
 END_TEST
 
+/* The demo model's own template, now run by the Jinja interpreter, gives
+ * byte for byte what the built-in ChatML renderer gave before it: whole
+ * conversations, the next-turn text and the end-of-turn marker. */
+START_TEST(demo_template_equals_builtin)
+{
+    const char *path = test_demo_model();
+    if (!path)
+        TEST_SKIP("model", "demo model missing (make model)");
+    gguf *g;
+    chat_template own, builtin;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_msg(chat_template_from_gguf(&own, g, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_nonnull(own.jinja);
+    /* The built-in ChatML with the default system text the file implies. */
+    gguf_str tmpl;
+    ck_assert_int_eq(gguf_get_str(g, "tokenizer.chat_template", &tmpl, &err), 0);
+    char *text = strndup(tmpl.p, tmpl.len);
+    ck_assert_int_eq(chat_template_init(&builtin, text, "chatml", &err), 0);
+    ck_assert_ptr_null(builtin.jinja);
+    ck_assert_str_eq(builtin.default_system, own.default_system);
+    chat_msg convs[][5] = {
+        {{"user", "Hi"}},
+        {{"system", "Be brief."}, {"user", "What is the capital of France?"}},
+        {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", " two  "}},
+        {{"system", "S"}, {"user", "Grüße 世界 🎉\n"}, {"assistant", "a\tb"}, {"user", "{{ x }}"}},
+        {{"user", "<|im_end|> inside"}, {"assistant", ""}},
+    };
+    size_t lens[] = {1, 2, 3, 4, 2};
+    for (size_t k = 0; k < 5; k++)
+        for (int gen = 0; gen < 2; gen++) {
+            char *a = render(&own, convs[k], lens[k], gen), *b = render(&builtin, convs[k], lens[k], gen);
+            ck_assert_msg(strcmp(a, b) == 0, "conversation %zu, gen %d:\n%s\n---\n%s", k, gen, a, b);
+            free(a), free(b);
+        }
+    char *a, *b;
+    ck_assert_int_eq(chat_render_next_turn(&own, "and more", &a, &err), 0);
+    ck_assert_int_eq(chat_render_next_turn(&builtin, "and more", &b, &err), 0);
+    ck_assert_str_eq(a, b);
+    ck_assert_str_eq(chat_end_of_turn(&own), chat_end_of_turn(&builtin));
+    free(a), free(b), free(text);
+    chat_template_free(&own);
+    chat_template_free(&builtin);
+    gguf_close(g);
+}
+END_TEST
+
+/* Templates chat.c runs: the end-of-turn text and the next turn found by
+ * the probe, BOS dropped only where the template writes bos_token. */
+START_TEST(model_template_turns)
+{
+    chat_template t;
+    strata_error err = {0};
+    /* Mistral-like: no recognised marker; eos is set by hand as
+     * chat_template_from_gguf would. */
+    ck_assert_int_eq(chat_template_init(&t, "{% for m in messages %}{% if m.role == 'user' %}"
+                                            "[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}"
+                                            "{{ eos_token }}{% endif %}{% endfor %}", NULL, &err), 0);
+    ck_assert_int_eq(t.format, CHAT_FORMAT_NONE);
+    ck_assert_str_eq(chat_end_of_turn(&t), ""); /* eos unknown yet */
+    t.eos = strdup("</s>");
+    chat_msg m[] = {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "More"}};
+    char *s = render(&t, m, 3, true);
+    ck_assert_str_eq(s, "[INST] Hi [/INST]Yo</s>[INST] More [/INST]");
+    free(s);
+    chat_template_free(&t);
+    /* A template that raises: the error comes back from chat_render. */
+    ck_assert_int_eq(chat_template_init(&t, "{{ raise_exception('nope') }}", NULL, &err), 0);
+    ck_assert_int_eq(chat_render(&t, m, 1, true, &s, &err), STRATA_E_ARG);
+    ck_assert_msg(strstr(err.msg, "raise_exception: nope"), "%s", err.msg);
+    ck_assert_int_eq(chat_render_next_turn(&t, "x", &s, &err), STRATA_E_ARG);
+    chat_template_free(&t);
+    /* One that does not parse is refused at init, with its line. */
+    ck_assert_int_eq(chat_template_init(&t, "\n{{ x | nosuchfilter }}", NULL, &err),
+                     STRATA_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "line 2") && strstr(err.msg, "nosuchfilter"), "%s", err.msg);
+}
+END_TEST
+
 static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat");
@@ -239,6 +318,8 @@ static Suite *chat_suite(void)
     tcase_add_test(tc, gemma_render);
     tcase_add_test(tc, render_errors);
     tcase_add_test(tc, demo_model_template);
+    tcase_add_test(tc, demo_template_equals_builtin);
+    tcase_add_test(tc, model_template_turns);
     suite_add_tcase(s, tc);
     return s;
 }

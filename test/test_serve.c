@@ -22,6 +22,7 @@
  * The demo model is needed where answers are compared or must be slow;
  * the tiny generated llama serves the error cases. */
 #include "testutil.h"
+#include "test_jinja.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -761,6 +762,32 @@ START_TEST(serve_refuses_bad_options)
 }
 END_TEST
 
+/* The model's own template serves chat requests; one that raises for a
+ * message fails that request (400, with the template's message), not the
+ * server. */
+START_TEST(serve_model_template)
+{
+    NEED_CLI();
+    NEED_CURL();
+    char *model = test_gguf_with_template(
+        tiny_model(), "{% for m in messages %}{% if m.content=='boom' %}{{raise_exception('boom!')}}"
+        "{% endif %}<|im_start|>{{m.role}}\n{{m.content}}<|im_end|>\n{% endfor %}"
+        "<|im_start|>assistant\n", "raising");
+    server sv;
+    server_start(&sv, cli, model, "-c 64");
+    char *out = NULL;
+    ck_assert_int_eq(curl(&sv, &out, CHAT " @H/v1/chat/completions"), 200);
+    free(out);
+    ck_assert_int_eq(curl(&sv, &out, "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"boom\"}]}' "
+                                     "@H/v1/chat/completions"), 400);
+    ck_assert_msg(strstr(out, "raise_exception: boom!") && strstr(out, "line 1"), "%s", out);
+    free(out);
+    ck_assert_int_eq(curl(&sv, NULL, CHAT " @H/v1/chat/completions"), 200);
+    ck_assert_int_eq(server_stop(&sv), 0);
+    free(model);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
@@ -772,6 +799,7 @@ static Suite *serve_suite(void)
     tcase_add_test(tc, serve_stop_strings);
     tcase_add_test(tc, serve_health_while_loading);
     tcase_add_test(tc, serve_bad_inputs);
+    tcase_add_test(tc, serve_model_template);
     suite_add_tcase(s, tc);
     tc = tcase_create("serve_demo");
     tcase_set_timeout(tc, 300);
