@@ -49,7 +49,9 @@ const char *chat_format_name(enum chat_format f);
  * tmpl when the format is ChatML and tmpl holds a literal system turn. */
 int chat_template_init(chat_template *t, const char *tmpl, const char *override_name,
                        strata_error *err);
-/* Same, reading tokenizer.chat_template from a GGUF file. */
+/* Same, reading tokenizer.chat_template from a GGUF file.  A file without
+ * the key whose general.architecture starts with "gemma" gets the Gemma
+ * format (Gemma's pre-trained files have no template). */
 int chat_template_from_gguf(chat_template *t, const gguf *g, const char *override_name,
                             strata_error *err);
 void chat_template_free(chat_template *t); /* accepts NULL */
