@@ -361,6 +361,89 @@ START_TEST(real_model_tokenizer)
 }
 END_TEST
 
+static size_t hex_decode(const char *h, size_t n, char *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        unsigned v;
+        sscanf(h + i, "%2x", &v);
+        out[k++] = (char)v;
+    }
+    return k;
+}
+
+static void parse_ids(const char *s, tok_ids *v)
+{
+    v->n = 0;
+    char *end;
+    for (long x = strtol(s, &end, 10); end != s; x = strtol(s, &end, 10)) {
+        tok_ids_push(v, (int32_t)x);
+        s = end;
+    }
+}
+
+static int ids_equal(const tok_ids *a, const tok_ids *b)
+{
+    return a->n == b->n && (a->n == 0 || !memcmp(a->ids, b->ids, a->n * sizeof *a->ids));
+}
+
+/* The real vocabulary against a Hugging Face `tokenizers` BPE built from the
+ * same GGUF (test/scripts/tok_check.py, its SPM oracle: merges ranked by
+ * score, byte fallback, user-defined tokens matched first) on the 334
+ * strings of test/data/tok_corpus.txt, plain and with special tokens
+ * parsed. */
+START_TEST(real_model_matches_hf_tokenizers)
+{
+    const char *model = gemma3_model();
+    if (!model)
+        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+    if (!test_have_python("gguf,tokenizers,numpy"))
+        TEST_SKIP("python", "python3 modules gguf, tokenizers, numpy missing");
+    gguf *g = NULL;
+    tokenizer *t = NULL;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(model, &g, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_from_gguf(g, &t, &err) == 0, "%s", err.msg);
+    char *out = NULL;
+    ck_assert_int_eq(test_runf(&out, "python3 %s/test/scripts/tok_check.py '%s' "
+                               "%s/test/data/tok_corpus.txt", test_root(), model, test_root()), 0);
+    static char text[1 << 15];
+    tok_ids want = {0}, want_sp = {0}, got = {0}, got_sp = {0};
+    size_t lines = 0, bad = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *f1 = strchr(line, '\t');
+        char *f2 = f1 ? strchr(f1 + 1, '\t') : NULL;
+        ck_assert_ptr_nonnull(f2);
+        *f1 = *f2 = '\0';
+        size_t n = hex_decode(line, strlen(line), text);
+        parse_ids(f1 + 1, &want);
+        parse_ids(f2 + 1, &want_sp);
+        got.n = got_sp.n = 0;
+        ck_assert_int_eq(tokenizer_encode(t, text, n, 0, &got, &err), 0);
+        ck_assert_int_eq(tokenizer_encode(t, text, n, TOK_ENCODE_SPECIAL, &got_sp, &err), 0);
+        if ((!ids_equal(&got, &want) || !ids_equal(&got_sp, &want_sp)) && bad++ < 5) {
+            fprintf(stderr, "gemma3 tokenizer: '%.*s'\n  hf:     ", (int)n, text);
+            for (size_t i = 0; i < want.n; i++)
+                fprintf(stderr, "%d ", want.ids[i]);
+            fprintf(stderr, "\n  strata: ");
+            for (size_t i = 0; i < got.n; i++)
+                fprintf(stderr, "%d ", got.ids[i]);
+            fprintf(stderr, "\n  (special: hf %zu ids, strata %zu)\n", want_sp.n, got_sp.n);
+        }
+        lines++;
+    }
+    ck_assert_uint_ge(lines, 300);
+    ck_assert_msg(bad == 0, "%zu of %zu corpus strings differ from HF tokenizers", bad, lines);
+    printf("  gemma3 tokenizer: %zu corpus strings equal to HF tokenizers (plain and special)\n",
+           lines);
+    tok_ids_free(&want), tok_ids_free(&want_sp), tok_ids_free(&got), tok_ids_free(&got_sp);
+    free(out);
+    tokenizer_free(t);
+    gguf_close(g);
+}
+END_TEST
+
 /* `strata-cli chat -m gemma3` with no template in the file: the Gemma
  * format is chosen from the architecture, a turn runs to its limit or its
  * <end_of_turn>, and nothing of the markup leaks into the answer.  The
@@ -405,6 +488,7 @@ static Suite *gemma3_suite(void)
     tcase_add_test(tc, real_model_matches_f64_reference);
     tcase_add_test(tc, generated_model_with_small_window_matches_reference);
     tcase_add_test(tc, real_model_tokenizer);
+    tcase_add_test(tc, real_model_matches_hf_tokenizers);
     tcase_add_test(tc, real_model_chat_and_answer);
     suite_add_tcase(s, tc);
     return s;
