@@ -148,8 +148,11 @@ END_TEST
 
 /* ---- the model against the float64 reference ------------------------------ */
 
-/* Run ref_forward.py; returns n x V float64 logits (malloc'd) or NULL. */
-static double *ref_logits(const char *model, const int32_t *toks, int n, int V)
+/* Run ref_forward.py; returns n x V float64 logits (malloc'd) or NULL.
+ * With greedy > 0 the reference also continues greedily and the first
+ * `greedy` ids it picks go to gen. */
+static double *ref_logits(const char *model, const int32_t *toks, int n, int V, int greedy,
+                          int32_t *gen)
 {
     const char *dir = test_tmpdir();
     static char ids[8192], cmd[10240];
@@ -157,11 +160,26 @@ static double *ref_logits(const char *model, const int32_t *toks, int n, int V)
     for (int i = 0; i < n; i++)
         snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", toks[i]);
     snprintf(cmd, sizeof cmd,
-             "python3 %s/test/scripts/ref_forward.py '%s' --tokens %s --kv f64 --logits-out "
-             "%s/ref.npy >/dev/null && python3 -c \"import numpy; numpy.load('%s/ref.npy')"
-             ".astype('<f8').tofile('%s/ref.bin')\"", test_root(), model, ids, dir, dir, dir);
-    if (test_run(cmd, NULL) != 0)
+             "python3 %s/test/scripts/ref_forward.py '%s' --tokens %s --kv f64 --greedy %d "
+             "--logits-out %s/ref.npy && python3 -c \"import numpy; numpy.load('%s/ref.npy')"
+             "[:%d].astype('<f8').tofile('%s/ref.bin')\"", test_root(), model, ids, greedy, dir,
+             dir, n, dir);
+    char *out = NULL;
+    if (test_run(cmd, &out) != 0) {
+        free(out);
         return NULL;
+    }
+    const char *gl = out ? strstr(out, "greedy:") : NULL;
+    if (gl)
+        gl += 7;
+    for (int i = 0; i < greedy; i++) { /* -1 where the line is short or absent */
+        char *end = NULL;
+        gen[i] = gl ? (int32_t)strtol(gl, &end, 10) : -1;
+        if (gl && end == gl)
+            gen[i] = -1;
+        gl = gl && end != gl ? end : NULL;
+    }
+    free(out);
     char path[256];
     snprintf(path, sizeof path, "%s/ref.bin", dir);
     FILE *f = fopen(path, "rb");
@@ -192,7 +210,8 @@ static int argmax_f64(const double *x, int n)
 /* The engine's logits (f16 KV, chunks of `chunk` rows) against float64 at
  * every position: relative L2 error below tol and the same argmax.  tol is
  * the other architectures' f16-cache bound (test_engine.c: 3e-3). */
-static void compare_with_ref(const char *model, const int32_t *toks, int n, int chunk, double tol)
+static void compare_with_ref(const char *model, const int32_t *toks, int n, int chunk, double tol,
+                             int greedy)
 {
     strata_params p = test_params(model, STRATA_BACKEND_CPU);
     p.kv_type = STRATA_KV_F16;
@@ -205,7 +224,8 @@ static void compare_with_ref(const char *model, const int32_t *toks, int n, int 
     strata_seq *s = strata_seq_new(e, &err);
     ck_assert_int_eq(strata_seq_feed(s, toks, n, NULL, lg, &err), 0);
     strata_seq_free(s);
-    double *ref = ref_logits(model, toks, n, V);
+    int32_t gen[32];
+    double *ref = ref_logits(model, toks, n, V, greedy, gen);
     ck_assert_msg(ref != NULL, "ref_forward.py failed on %s", model);
     double worst = 0;
     for (int r = 0; r < n; r++) {
@@ -221,6 +241,23 @@ static void compare_with_ref(const char *model, const int32_t *toks, int n, int 
         ck_assert_int_eq(cpu_argmax(lg + (size_t)r * V, V), argmax_f64(ref + (size_t)r * V, V));
     }
     printf("  %s: worst relative error %.3g over %d positions\n", model, worst, n);
+    /* greedy continuation, token for token (f16 KV, as the reference keeps
+     * exact K/V; the k8v4 cache changes this small model's answers) */
+    if (greedy > 0) {
+        strata_seq *g = strata_seq_new(e, &err);
+        float *row = malloc(sizeof(float) * (size_t)V);
+        ck_assert_int_eq(strata_seq_feed(g, toks, n, row, NULL, &err), 0);
+        for (int i = 0; i < greedy; i++) {
+            int32_t t = cpu_argmax(row, V);
+            ck_assert_msg(t == gen[i], "%s: greedy token %d: strata %d, reference %d", model, i, t,
+                          gen[i]);
+            if (i + 1 < greedy)
+                ck_assert_int_eq(strata_seq_decode(g, t, row, &err), 0);
+        }
+        printf("  %s: %d greedy tokens equal to the reference's\n", model, greedy);
+        free(row);
+        strata_seq_free(g);
+    }
     free(lg);
     free(ref);
     strata_close(e);
@@ -244,7 +281,7 @@ START_TEST(real_model_matches_f64_reference)
     tok_ids ids = {0};
     ck_assert_int_eq(tokenizer_encode(t, text, strlen(text), TOK_ENCODE_ADD_BOS, &ids, &err), 0);
     ck_assert_int_eq(ids.ids[0], 2); /* <bos> */
-    compare_with_ref(model, ids.ids, (int)ids.n, 4, 3e-3);
+    compare_with_ref(model, ids.ids, (int)ids.n, 4, 3e-3, 8);
     tok_ids_free(&ids);
     tokenizer_free(t);
     gguf_close(g);
@@ -302,7 +339,7 @@ START_TEST(generated_model_with_small_window_matches_reference)
     uint64_t seed = 99;
     for (int i = 0; i < 14; i++)
         toks[i] = (int32_t)(test_rand_u64(&seed) % 512);
-    compare_with_ref(path, toks, 14, 3, 3e-3);
+    compare_with_ref(path, toks, 14, 3, 3e-3, 8);
 }
 END_TEST
 
