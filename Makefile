@@ -7,6 +7,7 @@
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP, chat templates), FUZZ_SECONDS each (default 60)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
+#   make gemma3-model  fetch Gemma 3 270M (Q4_K_M, 253 MB) there too (suites gemma3, cuda_engine)
 #   make chat          build, fetch the demo model, start strata-cli chat
 #   make bench         the standard benchmarks
 #   make clean
@@ -75,7 +76,7 @@ else
   CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 endif
 
-.PHONY: all test layers asan tsan fuzz model chat bench clean help need-libcheck
+.PHONY: all test layers asan tsan fuzz model gemma3-model chat bench clean help need-libcheck
 all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
 
 # A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
@@ -172,6 +173,9 @@ fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_json $(BUILD)/fuzz_http $(BUILD)/fuzz_jin
 
 model:
 	@scripts/fetch-model.sh
+
+gemma3-model:
+	@scripts/fetch-gemma3.sh
 
 # The build uses every core (a plain `make chat` would build one file at a
 # time); the demo model's own defaults (--kv f16) are strata-cli chat's.

@@ -20,7 +20,7 @@ static void mkmodel_usage(FILE *f)
         "Write a model with random weights (seeded Gaussian, quantized to T) and a small\n"
         "real byte-level BPE vocabulary with ChatML special tokens.\n"
         "\n"
-        "  --arch ARCH          llama | qwen2 | qwen3 | qwen3moe\n"
+        "  --arch ARCH          llama | qwen2 | qwen3 | qwen3moe | gemma3\n"
         "  --layers L           number of blocks\n"
         "  --dim D              embedding width (n_embd)\n"
         "  --heads H            query heads\n"
@@ -34,8 +34,10 @@ static void mkmodel_usage(FILE *f)
         "                       256 byte tokens, merges learned from a built-in text,\n"
         "                       then padding merges of token pairs up to V\n"
         "  --ctx C              context_length (default 4096)\n"
-        "  --rope-base B        RoPE base (default 10000 llama, 1e6 qwen)\n"
-        "  --eps E              RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
+        "  --rope-base B        RoPE base (default 10000 llama, 1e6 qwen, gemma3)\n"
+        "  --eps E              RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen, gemma3)\n"
+        "  --window W           gemma3: sliding window of 5 layers in 6 (default: none,\n"
+        "                       every layer global; the real models use 512 or 1024)\n"
         "  --type T             weight type: f32 f16 q8_0 q4_0 q2_0 iq3_xxs (any type with a\n"
         "                       quantizer), or a type strata only decodes (q4_1 q5_0 q5_1\n"
         "                       iq4_nl q2_k q3_k q4_k q5_k q6_k iq2_xxs iq2_xs iq2_s iq3_s\n"
@@ -126,7 +128,7 @@ int cmd_mkmodel(int argc, char **argv)
             {"--experts", &p.n_expert, 1},   {"--experts-used", &p.n_expert_used, 1},
             {"--ff-exp", &p.n_ff_exp, 1},    {"--vocab", &p.n_vocab, 1},
             {"--ctx", &p.n_ctx, 1},          {"--threads", &p.n_threads, 1},
-            {"--block-pool", &p.block_pool, 0},
+            {"--block-pool", &p.block_pool, 0}, {"--window", &p.swa_window, 1},
         };
         int matched = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {

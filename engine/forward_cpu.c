@@ -77,6 +77,11 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     int64_t D = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim;
     int64_t dkv = (int64_t)hp->n_head_kv * hp->head_dim;
     rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, m->rope_freqs};
+    int window = model_layer_window(hp, il);
+    if (window) { /* gemma3's local layers: their own base, never scaled */
+        rp.freq_base = hp->rope_base_swa;
+        rp.freq_scale = 1.0f;
+    }
 
     for (int r = 0; r < n; r++)
         cpu_rmsnorm(s->x + r * D, L->attn_norm, D, hp->eps, s->xb + r * D);
@@ -112,10 +117,13 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     }
     /* Every row's K/V is stored first; a row at position p then reads
      * positions 0..p, which is the causal mask within a chunk. */
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_scale;
     for (int r = 0; r < n; r++) {
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
-        cpu_attention(s->q + r * dq, hp->n_head, &kv, rows[r].pos + 1, scale, s->att + r * dq);
+        /* A windowed layer's query at p sees keys p - window < t <= p. */
+        int32_t t0 = window ? rows[r].pos + 1 - window : 0;
+        cpu_attention_window(s->q + r * dq, hp->n_head, &kv, t0, rows[r].pos + 1, scale,
+                             s->att + r * dq);
         if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
             cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
     }
@@ -124,8 +132,11 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
         trace_vec("att", il, s->att, dq);
     }
     matmul(&L->wo, 0, s->att, n, s->xb);
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
+        if (L->post_attn_norm) /* gemma3: the block's output is normed before the add */
+            cpu_rmsnorm(s->xb + r * D, L->post_attn_norm, D, hp->eps, s->xb + r * D);
         cpu_add(s->x + r * D, s->xb + r * D, D);
+    }
 }
 
 /* Dense SwiGLU FFN on the normed rows in xb; result added to x. */
@@ -135,10 +146,16 @@ static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
     int64_t D = e->m->hp.n_embd, F = L->gate.rows;
     matmul(&L->gate, 0, s->xb, n, s->hb);
     matmul(&L->up, 0, s->xb, n, s->hb2);
-    cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
+    if (e->m->hp.ffn_gelu)
+        cpu_geglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
+    else
+        cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
     matmul(&L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
+        if (L->post_ffn_norm)
+            cpu_rmsnorm(s->att + r * D, L->post_ffn_norm, D, e->m->hp.eps, s->att + r * D);
         cpu_add(s->x + r * D, s->att + r * D, D);
+    }
 }
 
 /* MoE FFN (doc/formats.md §4.5): cpu_moe_route (softmax over all experts,
@@ -179,7 +196,12 @@ void stage_forward_cpu(strata_engine *e, const stage *st, const fwd_row *rows, i
     cpu_scratch *s = &e->cpu;
     if (st->index == 0)
         for (int r = 0; r < n; r++)
+        {
             cpu_embed(m->tok_embd.type, m->tok_embd.data, D, rows[r].token, s->x + r * D);
+            if (m->hp.embd_scale != 1.0f) /* gemma3: sqrt(n_embd), rounded to float */
+                for (int64_t i = 0; i < D; i++)
+                    s->x[r * D + i] *= m->hp.embd_scale;
+        }
     if (trace_on() && st->index == 0)
         trace_vec("embed", -1, s->x, D);
     for (int il = st->l0; il < st->l1; il++) {
@@ -209,6 +231,8 @@ void head_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *l
             continue;
         cpu_rmsnorm(s->x + r * D, m->output_norm, D, m->hp.eps, s->xb);
         matmul(&m->output, 0, s->xb, 1, logits + (size_t)rows[r].logits * V);
+        if (m->hp.final_softcap > 0.0f)
+            cpu_softcap(logits + (size_t)rows[r].logits * V, V, m->hp.final_softcap);
         if (trace_on() && !decode)
             trace_vec("logits", r, logits + (size_t)rows[r].logits * V, V);
     }

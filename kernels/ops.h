@@ -57,6 +57,12 @@ void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos,
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y);
+/* y[i] = gelu(gate[i]) * up[i] with GELU's tanh form (gemma3's FFN),
+ * gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may alias gate. */
+float cpu_gelu_tanh(float x);
+void cpu_geglu(const float *gate, const float *up, int64_t n, float *y);
+/* x[i] = cap * tanh(x[i] / cap) (final logit soft-capping), cap > 0. */
+void cpu_softcap(float *x, int64_t n, float cap);
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, int64_t n);
 /* In-place numerically stable softmax. */
@@ -145,5 +151,10 @@ void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k,
  * query head h reading kv head h / (n_head / n_kv_head). */
 void cpu_attention(const float *q, int n_head, const kv_view *kv,
                    int32_t n_ctx, float scale, float *out);
+/* The same over positions t0..n_ctx-1 only (t0 <= 0: from 0): a sliding
+ * window of n_ctx - t0 keys (gemma3's local layers).  cpu_attention is
+ * this with t0 = 0, so both sum in the same order. */
+void cpu_attention_window(const float *q, int n_head, const kv_view *kv, int32_t t0,
+                          int32_t n_ctx, float scale, float *out);
 
 #endif

@@ -16,6 +16,7 @@ const char *model_arch_name(int arch)
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
     case ARCH_QWEN3MOE: return "qwen3moe";
+    case ARCH_GEMMA3: return "gemma3";
     default: return "?";
     }
 }
@@ -52,6 +53,37 @@ static int arch_key_f32(const model *m, const char *suffix, float *v, strata_err
     return rc ? strata_err(err, rc, "%s: %s", gguf_path(m->g), e2.msg) : 0;
 }
 
+/* gemma3's extras (doc/engine.md, "gemma3"), after the common keys: the
+ * sliding window on five layers of every six with their own RoPE base of
+ * 10000 (unscaled), the embedding scaled by sqrt(n_embd), GELU gating, the
+ * optional final soft-cap.  The query scale is 1/sqrt(head_dim) except on
+ * the 62-layer (27B) model, whose query_pre_attn_scalar is n_embd/n_head:
+ * the GGUF carries no key for it, so the layer count tells, as in
+ * llama.cpp. */
+static int read_gemma3(model *m, strata_error *err)
+{
+    model_hparams *hp = &m->hp;
+    const char *path = gguf_path(m->g);
+    hp->rope_neox = 1;
+    hp->ffn_gelu = 1;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->swa_pattern = 6;
+    hp->rope_base_swa = 10000.0f;
+    int rc = arch_key_u32(m, "attention.sliding_window", &hp->swa_window, 0, err);
+    rc = rc ? rc : arch_key_f32(m, "final_logit_softcapping", &hp->final_softcap, err);
+    if (rc)
+        return rc;
+    if (hp->swa_window < 0)
+        return strata_err(err, STRATA_E_FORMAT, "%s: gemma3.attention.sliding_window = %d",
+                          path, hp->swa_window);
+    if (!(hp->final_softcap >= 0.0f && isfinite(hp->final_softcap)))
+        return strata_err(err, STRATA_E_FORMAT, "%s: gemma3.final_logit_softcapping = %g (must "
+                          "be a finite number >= 0)", path, hp->final_softcap);
+    if (hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    return 0;
+}
+
 static int read_hparams(model *m, strata_error *err)
 {
     model_hparams *hp = &m->hp;
@@ -64,15 +96,15 @@ static int read_hparams(model *m, strata_error *err)
         arch.len = sizeof m->arch_name - 1;
     memcpy(m->arch_name, arch.p, arch.len);
     m->arch_name[arch.len] = '\0';
-    static const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+    static const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
     hp->arch = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(m->arch_name, names[i]))
             hp->arch = i;
     if (hp->arch < 0)
         return strata_err(err, STRATA_E_UNSUPPORTED,
                           "%s: general.architecture = '%s' is not supported "
-                          "(strata runs llama, qwen2, qwen3, qwen3moe)", path, m->arch_name);
+                          "(strata runs llama, qwen2, qwen3, qwen3moe, gemma3)", path, m->arch_name);
 
     int rc = 0;
     rc = rc ? rc : arch_key_u32(m, "block_count", &hp->n_layer, 1, err);
@@ -161,7 +193,9 @@ static int read_hparams(model *m, strata_error *err)
     if (hp->arch == ARCH_QWEN3MOE && hp->n_expert == 0)
         return strata_err(err, STRATA_E_FORMAT, "%s: qwen3moe without %s.expert_count", path,
                           m->arch_name);
-    return 0;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+    return hp->arch == ARCH_GEMMA3 ? read_gemma3(m, err) : 0;
 }
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -284,9 +318,18 @@ static int load_layer(model *m, int il, strata_error *err)
     rc = rc ? rc : get_vec(m, NAME("attn_q.bias"), dq, biases, &L->bq, err);
     rc = rc ? rc : get_vec(m, NAME("attn_k.bias"), dkv, biases, &L->bk, err);
     rc = rc ? rc : get_vec(m, NAME("attn_v.bias"), dkv, biases, &L->bv, err);
-    int qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
+    int gemma = hp->arch == ARCH_GEMMA3;
+    int qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || gemma;
     rc = rc ? rc : get_vec(m, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, err);
     rc = rc ? rc : get_vec(m, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, err);
+    /* Only gemma3 reads the sandwich norms: another arch's file carrying
+     * them would otherwise change its forward pass silently. */
+    if (gemma) {
+        rc = rc ? rc : get_vec(m, NAME("post_attention_norm.weight"), hp->n_embd, 1,
+                               &L->post_attn_norm, err);
+        rc = rc ? rc : get_vec(m, NAME("post_ffw_norm.weight"), hp->n_embd, 1,
+                               &L->post_ffn_norm, err);
+    }
     if (hp->n_expert > 0) {
         int64_t ffe = hp->n_ff_exp > 0 ? hp->n_ff_exp : hp->n_ff;
         rc = rc ? rc : get_weight(m, NAME("ffn_gate_inp.weight"), hp->n_expert, hp->n_embd, 1, 1, &L->router, err);

@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "model/gguf.h"
 
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_GEMMA3 };
 
 /* The most experts one token may use (expert_used_count): MoE routing on the
  * CPU (kernels/cpu/moe.c's callers) and on the card (kernels/cuda/moe.cu)
@@ -39,13 +39,31 @@ typedef struct model_hparams {
     float rope_base, rope_scale;
     /* MoE (n_expert == 0: dense) */
     int n_expert, n_expert_used, n_ff_exp;
+    /* gemma3 (doc/engine.md, "gemma3"); the other archs leave the defaults:
+     * no window, SiLU, unscaled embeddings, no sandwich norms. */
+    int swa_window;       /* keys a windowed layer sees (0: every layer global) */
+    int swa_pattern;      /* layer il is global iff il % swa_pattern == swa_pattern - 1 */
+    float rope_base_swa;  /* RoPE base of the windowed layers (scale 1 there) */
+    float attn_scale;     /* multiplies q.k (1/sqrt(head_dim) unless the arch says) */
+    float embd_scale;     /* multiplies the embedding rows (1, or sqrt(n_embd)) */
+    float final_softcap;  /* logits = c * tanh(logits / c) when > 0 */
+    int ffn_gelu;         /* 1: gate activation GELU (tanh form), 0: SiLU */
 } model_hparams;
+
+/* The window layer il attends over (0: all earlier positions). */
+static inline int model_layer_window(const model_hparams *hp, int il)
+{
+    if (hp->swa_window <= 0 || hp->swa_pattern <= 0)
+        return 0;
+    return il % hp->swa_pattern == hp->swa_pattern - 1 ? 0 : hp->swa_window;
+}
 
 typedef struct layer_weights {
     const float *attn_norm, *ffn_norm;    /* [n_embd] */
     weight wq, wk, wv, wo;                /* q: n_head*head_dim x n_embd ... */
     const float *bq, *bk, *bv;            /* qwen2 biases, else NULL */
-    const float *q_norm, *k_norm;         /* qwen3 per-head norms [head_dim] */
+    const float *q_norm, *k_norm;         /* qwen3/gemma3 per-head norms [head_dim] */
+    const float *post_attn_norm, *post_ffn_norm; /* gemma3 sandwich norms [n_embd], else NULL */
     weight gate, up, down;                /* dense FFN */
     weight router;                        /* MoE: n_expert x n_embd */
     weight gate_exps, up_exps, down_exps; /* MoE: n_expert matrices each */

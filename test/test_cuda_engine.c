@@ -387,10 +387,57 @@ START_TEST(cuda_moe_split_batch_chunk_invariance)
 }
 END_TEST
 
+/* gemma3 (doc/engine.md, "gemma3"): the real model's head shape (4 query
+ * heads on one kv head of 256: the tensor-core attention), a window of 8
+ * that the 32-token prompt and the chunks of 5 cross, 7 layers so a global
+ * layer (il 5) sits between windowed ones; GELU-tanh gating on the stacked
+ * gate|up, the sandwich norms, the embedding scale. */
+static const char *GEMMA3 = "--arch gemma3 --layers 7 --dim 256 --heads 4 --kv-heads 1 --head-dim 256 --ff 512 --window 8 --vocab 2048 --tied";
+
+START_TEST(cuda_gemma3_matches_cpu)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --type q8_0", GEMMA3);
+    gpu_matches_cpu(mkmodel("gemma3-q8", a), 32);
+}
+END_TEST
+
+START_TEST(cuda_gemma3_split_batch_chunk_invariance)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --type iq3_xxs", GEMMA3);
+    gpu_invariance(mkmodel("gemma3-inv", a), 7);
+}
+END_TEST
+
+/* The real Gemma 3 270M file when present (`make gemma3-model`). */
+START_TEST(cuda_gemma3_real_model_matches_cpu)
+{
+    NEED_GPU();
+    static char path[1024];
+    const char *env = getenv("STRATA_GEMMA3_MODEL"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(path, sizeof path, "%s", env);
+    else
+        snprintf(path, sizeof path, "%s/.cache/strata/gemma-3-270m-q4_k_m.gguf",
+                 home ? home : "/root");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+    fclose(f);
+    gpu_matches_cpu(path, 24);
+}
+END_TEST
+
 static Suite *cuda_engine_suite(void)
 {
     Suite *s = suite_create("cuda_engine");
     TCase *tc = tcase_create("gpu");
+    tcase_add_test(tc, cuda_gemma3_matches_cpu);
+    tcase_add_test(tc, cuda_gemma3_split_batch_chunk_invariance);
+    tcase_add_test(tc, cuda_gemma3_real_model_matches_cpu);
     tcase_add_test(tc, cuda_llama_iq3_xxs_matches_cpu);
     tcase_add_test(tc, cuda_llama_q2_0_matches_cpu);
     tcase_add_test(tc, cuda_qwen3_iq3_xxs_matches_cpu);

@@ -44,6 +44,11 @@ static const tiny tinies[] = {
      "--experts-used 2 --ff-exp 256 --vocab 600 --type iq3_xxs",
      "--arch qwen3moe --layers 2 --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512 "
      "--experts 4 --experts-used 2 --ff-exp 256 --vocab 600 --type iq3_xxs"},
+    {"gemma3-q8_0-window",
+     "--arch gemma3 --layers 2 --dim 128 --heads 4 --kv-heads 1 --head-dim 64 --ff 256 "
+     "--window 16 --vocab 500 --type q8_0 --tied",
+     "--arch gemma3 --layers 2 --dim 128 --heads 4 --kv-heads 1 --head-dim 64 --ff 256 "
+     "--window 16 --vocab 500 --type q8_0 --tied"},
 };
 
 static int run_cli(const char *args, const char *out, char **output)
@@ -165,6 +170,7 @@ START_TEST(mkmodel_bad_arguments_exit_2)
         {"--arch llama --layers 2 --dim 64 --heads 4 --ff 128 --type f32 --experts 4",
          "qwen3moe"},
         {"--arch qwen3moe --layers 2 --dim 64 --heads 4 --type f32", "--experts"},
+        {"--arch llama --layers 2 --dim 64 --heads 4 --ff 64 --window 8 --type f32", "--window"},
         {"--arch llama --layers two --dim 64 --heads 4 --ff 128 --type f32", "--layers"},
         {"--arch llama --layers 2 --dim 64 --heads 4 --type f32", "--ff"},
         {"--arch llama --layers 2 --dim 64 --heads 4 --ff 128 --type f32 --frobnicate 1",

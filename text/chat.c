@@ -240,6 +240,13 @@ int chat_template_from_gguf(chat_template *t, const gguf *g, const char *overrid
         memcpy(tmpl, s.p, s.len);
         tmpl[s.len] = '\0';
     }
+    /* Gemma's base (pre-trained) files carry no template, but their
+     * vocabulary has the turn tokens and the instruction-tuned siblings use
+     * exactly the Gemma format: take it rather than refuse the file. */
+    gguf_str arch;
+    if (!tmpl && !override_name && gguf_get_str(g, "general.architecture", &arch, NULL) == 0 &&
+        arch.len >= 5 && !memcmp(arch.p, "gemma", 5))
+        override_name = SHAPES[CHAT_FORMAT_GEMMA].name;
     rc = chat_template_init(t, tmpl, override_name, err);
     if (!rc && t->jinja) {
         t->source = dup_str(gguf_path(g), strlen(gguf_path(g)));

@@ -68,7 +68,9 @@ const char *chat_format_name(enum chat_format f);
 int chat_template_init(chat_template *t, const char *tmpl, const char *override_name,
                        strata_error *err);
 /* Same, reading tokenizer.chat_template and the bos/eos token texts from a
- * GGUF file; errors name the file. */
+ * GGUF file; errors name the file.  A file without the key whose
+ * general.architecture starts with "gemma" gets the Gemma format (Gemma's
+ * pre-trained files have no template). */
 int chat_template_from_gguf(chat_template *t, const gguf *g, const char *override_name,
                             strata_error *err);
 void chat_template_free(chat_template *t); /* accepts NULL */

@@ -230,6 +230,8 @@ static int upload_layer(strata_engine *e, cuda_stage *cs, const layer_weights *L
     rc = rc ? rc : upload_vec(L->bv, dkv, &d->bv, cs->dev, err);
     rc = rc ? rc : upload_vec(L->q_norm, hp->head_dim, &d->q_norm, cs->dev, err);
     rc = rc ? rc : upload_vec(L->k_norm, hp->head_dim, &d->k_norm, cs->dev, err);
+    rc = rc ? rc : upload_vec(L->post_attn_norm, hp->n_embd, &d->post_attn_norm, cs->dev, err);
+    rc = rc ? rc : upload_vec(L->post_ffn_norm, hp->n_embd, &d->post_ffn_norm, cs->dev, err);
     const weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->gate, &L->up};
     rc = rc ? rc : upload_stacked(e, cs, qkv, 3, "stacked q|k|v", &d->wqkv, err);
     rc = rc ? rc : upload_stacked(e, cs, gu, 2, "stacked gate|up", &d->gate_up, err);
@@ -505,7 +507,8 @@ void cuda_engine_free(strata_engine *e)
         free_groups(e->cuda, cs);
         for (int l = 0; cs->layers && l < e->stages[i].l1 - e->stages[i].l0; l++) {
             dlayer *d = &cs->layers[l];
-            float *v[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->q_norm, d->k_norm};
+            float *v[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->q_norm, d->k_norm,
+                          d->post_attn_norm, d->post_ffn_norm};
             for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)
                 cudaFree(v[j]);
             dweight *w[] = {&d->wq,   &d->wk,   &d->wv,        &d->wo,      &d->gate,

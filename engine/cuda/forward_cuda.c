@@ -15,6 +15,10 @@
  *   - q|k|v and gate|up may be one stacked matrix (made at upload);
  *   - the MoE FFN over more than one row sorts the (token, expert) pairs by
  *     expert and runs each expert matrix once for all of them (moe_grouped).
+ * gemma3 (doc/engine.md, "gemma3") adds the embedding scale, the post-
+ * attention and post-FFN norms (an in-place cuda_rmsnorm of the block's
+ * output before the fused add+norm), GELU-tanh gating, a sliding window and
+ * its own RoPE base on five layers of six, and the optional soft-cap.
  *
  * Errors: a block queues its kernels one after another; each call's status
  * goes into the run's sticky status (keep), which holds the first failure
@@ -84,6 +88,9 @@ static void embed(srun *r)
     const int32_t *tokens = cs->d_in;
     keep(r, cuda_embed(cs->tok_embd.type, cs->tok_embd.d, cs->tok_embd.rows, r->hp->n_embd, tokens,
                        r->c->n, cs->x, cs->compute, err_of(r)));
+    if (r->hp->embd_scale != 1.0f) /* gemma3: sqrt(n_embd), as the CPU's float product */
+        keep(r, cuda_scale(cs->x, (int64_t)r->c->n * r->hp->n_embd, r->hp->embd_scale,
+                           cs->compute, err_of(r)));
     trace(r, "embed", -1, cs->x, r->hp->n_embd);
 }
 
@@ -102,6 +109,11 @@ static void attention_block(srun *r, int il)
     const int32_t *tok_pos = cs->d_in + ce->max_rows, *seq_pos = cs->d_in + 2 * ce->max_rows;
     const int32_t *pages = cs->d_in + 3 * ce->max_rows;
     rope_params rp = {hp->n_rot, hp->rope_neox, hp->rope_base, hp->rope_scale, cs->rope_freqs};
+    const int window = model_layer_window(hp, il);
+    if (window) { /* gemma3's local layers: their own base, never scaled */
+        rp.freq_base = hp->rope_base_swa;
+        rp.freq_scale = 1.0f;
+    }
     kv_view kv = kv_pool_view(r->st->kv, il - r->st->l0, pages);
     const int rot = engine_kv_rotated(r->e->p.kv_type); /* k8v4r */
 
@@ -147,15 +159,19 @@ static void attention_block(srun *r, int il)
      * positions 0..p, which is the causal mask within a chunk. */
     keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
                           cs->compute, err_of(r)));
-    keep(r, cuda_attention(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, q, qs,
-                           hp->n_head, 1.0f / sqrtf((float)hp->head_dim), cs->att, dq,
-                           cs->att_scratch, cs->att_scratch_bytes, cs->compute, err_of(r)));
+    keep(r, cuda_attention_window(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx,
+                                  window, q, qs, hp->n_head, hp->attn_scale, cs->att, dq,
+                                  cs->att_scratch, cs->att_scratch_bytes, cs->compute,
+                                  err_of(r)));
     if (rot)
         keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
                                  err_of(r)));
     trace(r, "q_rope", il, q, dq);
     trace(r, "att", il, cs->att, dq);
     matmul(r, &d->wo, cs->att, n, cs->xb);
+    if (d->post_attn_norm) /* gemma3: the block's output is normed before the add */
+        keep(r, cuda_rmsnorm(cs->xb, d->post_attn_norm, cs->xb, n, D, hp->eps, cs->compute,
+                             err_of(r)));
     /* x += attention; xb = ffn_norm(x) */
     keep(r, cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
                              err_of(r)));
@@ -172,18 +188,25 @@ static void ffn_dense(srun *r, int il)
     const dlayer *d = &cs->layers[il - r->st->l0];
     int n = r->c->n;
     int64_t D = hp->n_embd;
+    const int gelu = hp->ffn_gelu; /* gemma3: GELU-tanh gating instead of SiLU */
     if (d->gate_up.d) {
         int64_t F = d->gate_up.rows / 2;
         matmul(r, &d->gate_up, cs->xb, n, cs->hb);
-        keep(r, cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r)));
+        keep(r, gelu ? cuda_geglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r))
+                     : cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r)));
         matmul(r, &d->down, cs->hb2, n, cs->xb);
     } else {
         int64_t F = d->gate.rows;
         matmul(r, &d->gate, cs->xb, n, cs->hb);
         matmul(r, &d->up, cs->xb, n, cs->hb2);
-        keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute, err_of(r)));
+        keep(r, gelu ? cuda_geglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute, err_of(r))
+                     : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
+                                   err_of(r)));
         matmul(r, &d->down, cs->hb, n, cs->xb);
     }
+    if (d->post_ffn_norm)
+        keep(r, cuda_rmsnorm(cs->xb, d->post_ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
+                             err_of(r)));
     if (il + 1 < r->st->l1) {
         keep(r, cuda_add_rmsnorm(cs->x, cs->xb, cs->layers[il + 1 - r->st->l0].attn_norm, cs->xb,
                                  n, D, hp->eps, cs->compute, err_of(r)));
@@ -283,6 +306,9 @@ static void head(srun *r)
     keep(r, cuda_rmsnorm(cs->x + (size_t)first * D, cs->output_norm, cs->xb, rows, D, hp->eps,
                          cs->compute, err_of(r)));
     matmul(r, &cs->output, cs->xb, rows, cs->logits);
+    if (hp->final_softcap > 0.0f)
+        keep(r, cuda_softcap(cs->logits, rows, hp->n_vocab, hp->n_vocab, hp->final_softcap,
+                             cs->compute, err_of(r)));
     for (int i = 0; i < rows && trace_on(); i++)
         trace(r, "logits", first + i, cs->logits + (size_t)i * hp->n_vocab, hp->n_vocab);
 }

@@ -142,6 +142,12 @@ static void kv_load(const kv_view *kv, int32_t pos, int head, int want_v, float 
 void cpu_attention(const float *q, int n_head, const kv_view *kv, int32_t n_ctx,
                    float scale, float *out)
 {
+    cpu_attention_window(q, n_head, kv, 0, n_ctx, scale, out);
+}
+
+void cpu_attention_window(const float *q, int n_head, const kv_view *kv, int32_t t0,
+                          int32_t n_ctx, float scale, float *out)
+{
     int hd = kv->head_dim;
     int group = n_head / kv->n_kv_head;
     float kbuf[512], vbuf[512]; /* head_dim <= 512 (checked at model load) */
@@ -154,7 +160,7 @@ void cpu_attention(const float *q, int n_head, const kv_view *kv, int32_t n_ctx,
         double acc[512];
         for (int i = 0; i < hd; i++)
             acc[i] = 0.0;
-        for (int32_t t = 0; t < n_ctx; t++) {
+        for (int32_t t = t0 < 0 ? 0 : t0; t < n_ctx; t++) {
             kv_load(kv, t, kvh, 0, kbuf);
             double s = 0.0;
             for (int i = 0; i < hd; i++)

@@ -54,6 +54,24 @@ void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y)
     }
 }
 
+float cpu_gelu_tanh(float x)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+void cpu_geglu(const float *gate, const float *up, int64_t n, float *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cpu_gelu_tanh(gate[i]) * up[i];
+}
+
+void cpu_softcap(float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 void cpu_add(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int32_t t = 0; t <= pos; t++) {
+    const int32_t t0 = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    for (int32_t t = t0; t <= pos; t++) {
         int64_t si = att_slot(a, seq, t, kvh);
         float s = 0.0f, vv[PLAIN_MAX_DPL];
         for (int j = 0; j < dpl; j++) {
@@ -420,6 +421,7 @@ static att_args att_make(const kv_view *kv, int page_stride, const int32_t *d_po
     a.q_stride = q_stride;
     a.out = out;
     a.out_stride = out_stride;
+    a.window = 0;
     a.scale = scale;
     a.scale_log2 = scale * 1.4426950408889634f;
     a.tpt = 1;
@@ -437,6 +439,17 @@ extern "C" int cuda_attention_plain(const kv_view *kv, int page_stride, const in
                                     int n_head, float scale, float *out, int64_t out_stride,
                                     cudaStream_t stream, strata_error *err)
 {
+    return cuda_attention_plain_window(kv, page_stride, d_pos, n_seq, n_tok, 0, q, q_stride,
+                                       n_head, scale, out, out_stride, stream, err);
+}
+
+extern "C" int cuda_attention_plain_window(const kv_view *kv, int page_stride,
+                                           const int32_t *d_pos, int n_seq, int n_tok,
+                                           int window, const float *q, int64_t q_stride,
+                                           int n_head, float scale, float *out,
+                                           int64_t out_stride, cudaStream_t stream,
+                                           strata_error *err)
+{
     if (n_seq <= 0 || n_tok <= 0)
         return 0;
     int rc = att_check(kv, n_head, "cuda_attention_plain", err);
@@ -444,6 +457,7 @@ extern "C" int cuda_attention_plain(const kv_view *kv, int page_stride, const in
         return rc;
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
+    a.window = window > 0 ? window : 0;
     int64_t warps = (int64_t)n_seq * n_tok * n_head;
     CUDA_CHECK(err, pdl_launch(attn_plain_kernel, dim3((unsigned)((warps + PLAIN_WARPS - 1) / PLAIN_WARPS)),
                                dim3(PLAIN_WARPS * 32), 0, stream, a));
@@ -456,6 +470,22 @@ extern "C" int cuda_attention(const kv_view *kv, int page_stride, const int32_t 
                               void *scratch, size_t scratch_bytes, cudaStream_t stream,
                               strata_error *err)
 {
+    return cuda_attention_window(kv, page_stride, d_pos, n_seq, n_tok, max_ctx, 0, q, q_stride,
+                                 n_head, scale, out, out_stride, scratch, scratch_bytes, stream,
+                                 err);
+}
+
+/* The window masks keys inside the chunks as the causal limit does; chunks
+ * wholly before every column's window still run (all masked), which costs
+ * time at long contexts but keeps the chunk grid and the fold tree, hence
+ * the invariance, exactly as without a window. */
+extern "C" int cuda_attention_window(const kv_view *kv, int page_stride, const int32_t *d_pos,
+                                     int n_seq, int n_tok, int max_ctx, int window,
+                                     const float *q, int64_t q_stride, int n_head, float scale,
+                                     float *out, int64_t out_stride, void *scratch,
+                                     size_t scratch_bytes, cudaStream_t stream,
+                                     strata_error *err)
+{
     if (n_seq <= 0 || n_tok <= 0)
         return 0;
     int rc = att_check(kv, n_head, "cuda_attention", err);
@@ -463,10 +493,11 @@ extern "C" int cuda_attention(const kv_view *kv, int page_stride, const int32_t 
         return rc;
     int group = n_head / kv->n_kv_head;
     if (!att_fast_ok(kv, group))
-        return cuda_attention_plain(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head,
-                                    scale, out, out_stride, stream, err);
+        return cuda_attention_plain_window(kv, page_stride, d_pos, n_seq, n_tok, window, q,
+                                           q_stride, n_head, scale, out, out_stride, stream, err);
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
+    a.window = window > 0 ? window : 0;
     int nt = att_nt(kv->head_dim, n_tok);
     bool split = n_tok == 1 && max_ctx > att_chunk_tokens;
     dim3 grid;

@@ -90,6 +90,7 @@ typedef struct att_args {
     int64_t q_stride;
     float *out;            /* same layout, out_stride */
     int64_t out_stride;
+    int window;            /* > 0: a query at p reads p - window < t <= p only */
     float scale;           /* softmax scale (plain kernel) */
     float scale_log2;      /* scale * log2(e) (fast kernel: exp2) */
     int tpt, n_tiles;      /* query tokens per tile, tiles per sequence */
@@ -401,7 +402,8 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                                                  const att_step<KT, HD> &s1,
                                                  const uint32_t (&qf)[NT][HD / 32][2][2],
                                                  const int32_t (&cpos)[NT][2], int32_t T,
-                                                 int32_t t_end, float scale_log2, int g, int c)
+                                                 int32_t t_end, float scale_log2, int32_t window,
+                                                 int g, int c)
 {
     float S0[NT][4], S1[NT][4];
     att_qk<KT, HD, NT>(S0, s0, qf);
@@ -417,10 +419,16 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
         for (int j = 0; j < 2; j++) {
             /* column 2c+j; tokens T+g, T+8+g (S0) and T+16+g, T+24+g (S1) */
             const int32_t lim = min(cpos[nt][j], t_end - 1);
-            float x0 = T + g <= lim ? __fmul_rn(S0[nt][j], scale_log2) : -INFINITY;
-            float x1 = T + 8 + g <= lim ? __fmul_rn(S0[nt][2 + j], scale_log2) : -INFINITY;
-            float x2 = T + 16 + g <= lim ? __fmul_rn(S1[nt][j], scale_log2) : -INFINITY;
-            float x3 = T + 24 + g <= lim ? __fmul_rn(S1[nt][2 + j], scale_log2) : -INFINITY;
+            /* sliding window: keys before lo are masked like keys past lim */
+            const int32_t lo = window > 0 ? cpos[nt][j] - window + 1 : 0;
+            float x0 = T + g <= lim && T + g >= lo ? __fmul_rn(S0[nt][j], scale_log2)
+                                                   : -INFINITY;
+            float x1 = T + 8 + g <= lim && T + 8 + g >= lo
+                           ? __fmul_rn(S0[nt][2 + j], scale_log2) : -INFINITY;
+            float x2 = T + 16 + g <= lim && T + 16 + g >= lo
+                           ? __fmul_rn(S1[nt][j], scale_log2) : -INFINITY;
+            float x3 = T + 24 + g <= lim && T + 24 + g >= lo
+                           ? __fmul_rn(S1[nt][2 + j], scale_log2) : -INFINITY;
             float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
@@ -635,7 +643,7 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
         s0.fetch(ring[2 * (j % S)], lane);
         s1.fetch(ring[2 * (j % S) + 1], lane);
         att_pair_compute<KT, HD, NT>(ws, s0, s1, qf, cpos, T0 + j * stride, t_end, a.scale_log2,
-                                     g, c);
+                                     a.window, g, c);
     }
     cp_async_wait<0>();
 

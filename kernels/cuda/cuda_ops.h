@@ -177,6 +177,21 @@ int cuda_swiglu(const float *gate, const float *up, float *y, int64_t n, cudaStr
  * not alias gu. */
 int cuda_swiglu_fused(const float *gu, int n_rows, int64_t F, float *y, cudaStream_t stream,
                       strata_error *err);
+/* gemma3 (kernels/cuda/gemma3.cu).  y[i] = gelu_tanh(gate[i]) * up[i]; y
+ * may alias gate.  Twin: cpu_geglu (tanhf within a few ulp of glibc's). */
+int cuda_geglu(const float *gate, const float *up, float *y, int64_t n, cudaStream_t stream,
+               strata_error *err);
+/* cuda_geglu over the rows of a stacked gate|up product (as
+ * cuda_swiglu_fused); y must not alias gu. */
+int cuda_geglu_fused(const float *gu, int n_rows, int64_t F, float *y, cudaStream_t stream,
+                     strata_error *err);
+/* x[i] *= s (the embedding's sqrt(n_embd)); bit-exact with the float
+ * product. */
+int cuda_scale(float *x, int64_t n, float s, cudaStream_t stream, strata_error *err);
+/* x = cap * tanh(x / cap) on n_rows rows of n, `stride` apart; cap > 0.
+ * Twin: cpu_softcap. */
+int cuda_softcap(float *x, int n_rows, int64_t n, int64_t stride, float cap,
+                 cudaStream_t stream, strata_error *err);
 /* y[i] += x[i].  Twin: cpu_add (bit-exact). */
 int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, strata_error *err);
 /* y[r * stride + i] += b[i] for r < n_rows, i < n (qwen2 q/k/v biases). */
@@ -229,6 +244,21 @@ int cuda_attention_plain(const kv_view *kv, int page_stride, const int32_t *d_po
                          int n_tok, const float *q, int64_t q_stride, int n_head, float scale,
                          float *out, int64_t out_stride, cudaStream_t stream,
                          strata_error *err);
+/* The same two with a sliding window (gemma3's local layers; twin:
+ * cpu_attention_window): a query at position p reads positions
+ * p - window < t <= p only; window 0 is the calls above, bit for bit.  The
+ * masked keys are skipped as masked tokens past p are (they change no bit
+ * of the softmax state), so decode, prefill and batches still agree bit for
+ * bit. */
+int cuda_attention_window(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                          int n_tok, int max_ctx, int window, const float *q, int64_t q_stride,
+                          int n_head, float scale, float *out, int64_t out_stride,
+                          void *scratch, size_t scratch_bytes, cudaStream_t stream,
+                          strata_error *err);
+int cuda_attention_plain_window(const kv_view *kv, int page_stride, const int32_t *d_pos,
+                                int n_seq, int n_tok, int window, const float *q,
+                                int64_t q_stride, int n_head, float scale, float *out,
+                                int64_t out_stride, cudaStream_t stream, strata_error *err);
 /* Lab only (bench_attention): tokens per decode chunk (multiple of 64;
  * anything else restores the default 1024).  Changes result bits; the
  * engine never calls it. */

@@ -46,10 +46,15 @@ static bool is_moe(const char *arch)
     return !strcmp(arch, "qwen3moe");
 }
 
+static bool is_gemma3(const char *arch)
+{
+    return !strcmp(arch, "gemma3");
+}
+
 /* Fill in the defaults the header promises. */
 static void apply_defaults(mkmodel_params *p)
 {
-    bool q = p->arch && is_qwen(p->arch);
+    bool q = p->arch && (is_qwen(p->arch) || is_gemma3(p->arch)); /* 1e6 and 1e-6 */
     if (p->n_head_kv == 0)
         p->n_head_kv = p->n_head;
     if (p->head_dim == 0 && p->n_head > 0)
@@ -65,7 +70,7 @@ static void apply_defaults(mkmodel_params *p)
     if (p->arch && is_moe(p->arch) && p->n_ff == 0)
         p->n_ff = p->n_ff_exp * p->n_expert_used;
     if (!p->pre)
-        p->pre = q ? "qwen2" : "smollm";
+        p->pre = p->arch && is_qwen(p->arch) ? "qwen2" : "smollm";
     if (p->n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p->n_threads = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
@@ -88,10 +93,14 @@ static int check_params(const mkmodel_params *p, strata_error *err)
 {
     int rc;
     if (!p->arch || (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2") &&
-                     strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe")))
+                     strcmp(p->arch, "qwen3") && strcmp(p->arch, "qwen3moe") &&
+                     strcmp(p->arch, "gemma3")))
         return strata_err(err, STRATA_E_ARG,
-                          "mkmodel: --arch '%s' is not one of llama, qwen2, qwen3, qwen3moe",
+                          "mkmodel: --arch '%s' is not one of llama, qwen2, qwen3, qwen3moe, gemma3",
                           p->arch ? p->arch : "(none)");
+    if (p->swa_window < 0 || p->swa_window > DIM_MAX || (p->swa_window && !is_gemma3(p->arch)))
+        return strata_err(err, STRATA_E_ARG, "mkmodel: --window %d (gemma3 only, 0..%d)",
+                          p->swa_window, DIM_MAX);
     if ((rc = check_dim("--layers", p->n_layer, 1, err)) ||
         (rc = check_dim("--dim", p->n_embd, 1, err)) ||
         (rc = check_dim("--heads", p->n_head, 1, err)) ||
@@ -204,7 +213,8 @@ static int plan_build(const mkmodel_params *p, plan *pl)
     const int64_t Dq = (int64_t)p->n_head * p->head_dim;
     const int64_t Dkv = (int64_t)p->n_head_kv * p->head_dim;
     const bool qwen2 = !strcmp(p->arch, "qwen2");
-    const bool qknorm = !strcmp(p->arch, "qwen3") || is_moe(p->arch);
+    const bool gemma = is_gemma3(p->arch);
+    const bool qknorm = !strcmp(p->arch, "qwen3") || is_moe(p->arch) || gemma;
     int rc = 0;
 #define ADD(kind, nd, a, b, c, fmt, il) \
     if ((rc = plan_add(pl, kind, nd, a, b, c, fmt, il))) return rc
@@ -224,6 +234,8 @@ static int plan_build(const mkmodel_params *p, plan *pl)
             ADD(K_NORM, 1, p->head_dim, 1, 1, "blk.%d.attn_k_norm.weight", il);
         }
         ADD(K_MATRIX, 2, Dq, D, 1, "blk.%d.attn_output.weight", il);
+        if (gemma)
+            ADD(K_NORM, 1, D, 1, 1, "blk.%d.post_attention_norm.weight", il);
         ADD(K_NORM, 1, D, 1, 1, "blk.%d.ffn_norm.weight", il);
         if (is_moe(p->arch)) {
             const int64_t E = p->n_expert, F = p->n_ff_exp;
@@ -236,6 +248,8 @@ static int plan_build(const mkmodel_params *p, plan *pl)
             ADD(K_MATRIX, 2, D, p->n_ff, 1, "blk.%d.ffn_up.weight", il);
             ADD(K_MATRIX, 2, p->n_ff, D, 1, "blk.%d.ffn_down.weight", il);
         }
+        if (gemma)
+            ADD(K_NORM, 1, D, 1, 1, "blk.%d.post_ffw_norm.weight", il);
     }
     ADD(K_NORM, 1, D, 1, 1, "output_norm.weight", 0);
     if (!p->tied)
@@ -546,11 +560,13 @@ static int write_metadata(const mkmodel_params *p, const mkmodel_vocab *v, gguf_
     rc |= set_key_u32(w, a, "feed_forward_length", (uint32_t)p->n_ff);
     rc |= set_key_u32(w, a, "attention.head_count", (uint32_t)p->n_head);
     rc |= set_key_u32(w, a, "attention.head_count_kv", (uint32_t)p->n_head_kv);
-    if (explicit_head_dim || !strcmp(a, "qwen3") || is_moe(a)) {
+    if (explicit_head_dim || !strcmp(a, "qwen3") || is_moe(a) || is_gemma3(a)) {
         rc |= set_key_u32(w, a, "attention.key_length", (uint32_t)p->head_dim);
         rc |= set_key_u32(w, a, "attention.value_length", (uint32_t)p->head_dim);
     }
     rc |= set_key_f32(w, a, "rope.freq_base", p->rope_base);
+    if (p->swa_window > 0)
+        rc |= set_key_u32(w, a, "attention.sliding_window", (uint32_t)p->swa_window);
     rc |= set_key_u32(w, a, "rope.dimension_count", (uint32_t)p->head_dim);
     rc |= set_key_f32(w, a, "attention.layer_norm_rms_epsilon", p->rms_eps);
     rc |= set_key_u32(w, a, "vocab_size", (uint32_t)p->n_vocab);

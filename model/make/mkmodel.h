@@ -18,7 +18,7 @@
 #include "base/error.h"
 
 typedef struct mkmodel_params {
-    const char *arch;     /* "llama", "qwen2", "qwen3", "qwen3moe" */
+    const char *arch;     /* "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" */
     int n_layer;
     int n_embd;
     int n_head;
@@ -32,8 +32,10 @@ typedef struct mkmodel_params {
     int n_ff_exp;
     int n_vocab;          /* 0: MKMODEL_DEFAULT_VOCAB; >= MKMODEL_MIN_VOCAB */
     int n_ctx;            /* 0: 4096 */
-    float rope_base;      /* 0: 10000 (llama) or 1e6 (qwen*) */
-    float rms_eps;        /* 0: 1e-5 (llama) or 1e-6 (qwen*) */
+    float rope_base;      /* 0: 10000 (llama) or 1e6 (qwen*, gemma3) */
+    float rms_eps;        /* 0: 1e-5 (llama) or 1e-6 (qwen*, gemma3) */
+    int swa_window;       /* gemma3: attention.sliding_window (0: key absent,
+                             every layer global) */
     int type;             /* ggml type of the weight matrices (needs a quant
                              function in its traits row) */
     uint64_t seed;

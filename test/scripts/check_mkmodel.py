@@ -50,7 +50,7 @@ def main():
         ap.add_argument("--" + k, required=True)
     for k in ("layers", "dim", "heads", "kv-heads", "head-dim", "ff", "vocab"):
         ap.add_argument("--" + k, type=int, required=True)
-    for k in ("experts", "experts-used", "ff-exp"):
+    for k in ("experts", "experts-used", "ff-exp", "window"):
         ap.add_argument("--" + k, type=int, default=0)
     ap.add_argument("--tied", action="store_true")
     a = ap.parse_args()
@@ -75,8 +75,12 @@ def main():
     if moe:
         keys.update({A + ".expert_count": a.experts, A + ".expert_used_count": a.experts_used,
                      A + ".expert_feed_forward_length": a.ff_exp})
-    if A in ("qwen3", "qwen3moe"):
+    if A in ("qwen3", "qwen3moe", "gemma3"):
         keys.update({A + ".attention.key_length": HD, A + ".attention.value_length": HD})
+    if a.window:
+        keys[A + ".attention.sliding_window"] = a.window
+    else:
+        expect(A + ".attention.sliding_window" not in f, "sliding_window without --window")
     for k, want in keys.items():
         expect(val(k) == want, "key %s = %r, want %r" % (k, val(k), want))
     for k in (A + ".context_length", A + ".rope.freq_base", A + ".attention.layer_norm_rms_epsilon",
@@ -97,8 +101,10 @@ def main():
                      p + "attn_output.weight": [Dq, D], p + "ffn_norm.weight": [D]})
         if A == "qwen2":
             want.update({p + "attn_q.bias": [Dq], p + "attn_k.bias": [Dkv], p + "attn_v.bias": [Dkv]})
-        if A in ("qwen3", "qwen3moe"):
+        if A in ("qwen3", "qwen3moe", "gemma3"):
             want.update({p + "attn_q_norm.weight": [HD], p + "attn_k_norm.weight": [HD]})
+        if A == "gemma3":
+            want.update({p + "post_attention_norm.weight": [D], p + "post_ffw_norm.weight": [D]})
         if moe:
             E, F = a.experts, a.ff_exp
             want.update({p + "ffn_gate_inp.weight": [D, E], p + "ffn_gate_exps.weight": [D, F, E],

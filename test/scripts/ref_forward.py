@@ -7,7 +7,7 @@ weights come from the python `gguf` package's reader and dequantizers (plus
 ref_quants.py for what the package lacks), and every activation is float64.
 
 Architectures: llama (optionally with experts, Mixtral style), qwen2, qwen3,
-qwen3moe.  Per block (4.3):
+qwen3moe, gemma3.  Per block (4.3):
     h  = x + Wo . Attn(RoPE(Q), RoPE(K), V)     on RMSNorm(x) * attn_norm
     x' = h + FFN(RMSNorm(h) * ffn_norm)
     logits = output . (RMSNorm(x) * output_norm)   (output = token_embd if absent)
@@ -15,6 +15,13 @@ qwen2 adds the q/k/v biases after the matmuls (any present *.bias is added);
 qwen3/qwen3moe RMS-normalise each Q and K head before RoPE; RoPE is NORM
 (adjacent pairs) for llama and NEOX (half split) for the qwen archs (4.4);
 MoE is softmax over all experts -> top-k -> renormalise (4.5).
+gemma3 (4.6): the embedding row times sqrt(n_embd) (rounded to float32, as
+the constant is), Q/K head norms, sandwich norms (the attention output and
+the FFN output are RMS-normalised by post_attention_norm / post_ffw_norm
+before each residual add), GELU-tanh gating, and sliding-window attention
+on layers with il % 6 != 5 (a query at p sees keys p - window < t <= p)
+with RoPE base 10000 and no scaling there; the norm weights are used as
+stored (the converter already added Gemma's 1).
 
 KV cache (--kv):
   f64   keys and values kept exactly.
@@ -58,7 +65,7 @@ import ref_quants  # noqa: E402  (registers Q2_0 with the gguf package)
 from gguf import GGUFReader  # noqa: E402
 
 NEOX_ARCHS = ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3")
-SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3moe")
+SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
 
 
 class Model:
@@ -84,9 +91,17 @@ class Model:
         self.n_expert = int(self.get(a + ".expert_count", 0))
         self.n_expert_used = int(self.get(a + ".expert_used_count", 0))
         self.neox = a in NEOX_ARCHS
-        self.qk_norm = a in ("qwen3", "qwen3moe")
+        self.qk_norm = a in ("qwen3", "qwen3moe", "gemma3")
+        self.gemma3 = a == "gemma3"
         scale = float(self.get(a + ".attention.scale", 0.0))
         self.attn_scale = scale if scale != 0.0 else 1.0 / np.sqrt(self.head_dim)
+        self.window = 0
+        self.softcap = 0.0
+        if self.gemma3:
+            if self.n_layer == 62:  # the 27B: query_pre_attn_scalar = n_embd / n_head
+                self.attn_scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+            self.window = int(self.get(a + ".attention.sliding_window", 0))
+            self.softcap = float(self.get(a + ".final_logit_softcapping", 0.0))
         # Positions are divided by the linear factor (4.4); YaRN/longrope are refused.
         self.pos_scale = 1.0
         st = self.get(a + ".rope.scaling.type", "none")
@@ -139,14 +154,21 @@ def linear(m, x, base):
     return y
 
 
-def rope(m, x, pos):
-    """x: [n, heads, head_dim]; pos: [n] integer positions.  4.4."""
+def layer_window(m, il):
+    """gemma3: the window of layer il, 0 for a global layer (every 6th)."""
+    return m.window if m.window > 0 and il % 6 != 5 else 0
+
+
+def rope(m, x, pos, local=False):
+    """x: [n, heads, head_dim]; pos: [n] integer positions.  4.4.  local:
+    a gemma3 windowed layer (base 10000, no scaling)."""
     half = m.n_rot // 2
     i = np.arange(half, dtype=np.float64)
-    inv = m.rope_base ** (-2.0 * i / m.n_rot)
+    base, pscale = (10000.0, 1.0) if local else (m.rope_base, m.pos_scale)
+    inv = base ** (-2.0 * i / m.n_rot)
     if m.rope_freqs is not None:
         inv = inv / m.rope_freqs[:half]
-    theta = (np.asarray(pos, dtype=np.float64) * m.pos_scale)[:, None] * inv[None, :]  # [n, half]
+    theta = (np.asarray(pos, dtype=np.float64) * pscale)[:, None] * inv[None, :]  # [n, half]
     c = np.cos(theta)[:, None, :]
     s = np.sin(theta)[:, None, :]
     y = x.copy()
@@ -165,10 +187,15 @@ def silu(z):
     return z / (1.0 + np.exp(-z))
 
 
+def gelu_tanh(z):
+    return 0.5 * z * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (z + 0.044715 * z ** 3)))
+
+
 def ffn_dense(m, p, x):
     g = x @ m.w(p + "ffn_gate.weight").T
     u = x @ m.w(p + "ffn_up.weight").T
-    return (silu(g) * u) @ m.w(p + "ffn_down.weight").T
+    act = gelu_tanh if m.gemma3 else silu
+    return (act(g) * u) @ m.w(p + "ffn_down.weight").T
 
 
 def ffn_moe(m, p, x):
@@ -245,14 +272,17 @@ class KVCache:
         return self.k[il], self.v[il]
 
 
-def attention(m, q, kall, vall, pos):
-    """q: [n, H, hd] at positions pos; kall/vall: [T, Hkv, hd] for positions 0..T-1."""
+def attention(m, q, kall, vall, pos, window=0):
+    """q: [n, H, hd] at positions pos; kall/vall: [T, Hkv, hd] for positions 0..T-1;
+    window > 0: a query at p sees only keys t > p - window."""
     group = m.n_head // m.n_head_kv
     kx = np.repeat(kall, group, axis=1)                        # head h reads kv head h // group
     vx = np.repeat(vall, group, axis=1)
     s = np.einsum("nhd,thd->hnt", q, kx) * m.attn_scale        # [H, n, T]
     T = kall.shape[0]
     mask = np.arange(T)[None, :] > np.asarray(pos)[:, None]    # causal: key pos > query pos
+    if window > 0:
+        mask |= np.arange(T)[None, :] <= np.asarray(pos)[:, None] - window
     s = np.where(mask[None], -np.inf, s)
     s = s - s.max(axis=2, keepdims=True)
     pr = np.exp(s)
@@ -265,6 +295,8 @@ def forward(m, cache, tokens, start):
     n = len(tokens)
     pos = np.arange(start, start + n)
     x = m.w("token_embd.weight")[np.asarray(tokens)]         # [n, D]
+    if m.gemma3:
+        x = x * float(np.float32(np.sqrt(np.float32(m.n_embd))))
     H, Hkv, hd = m.n_head, m.n_head_kv, m.head_dim
     for il in range(m.n_layer):
         p = "blk.%d." % il
@@ -275,19 +307,26 @@ def forward(m, cache, tokens, start):
         if m.qk_norm:
             q = rmsnorm(q, m.w(p + "attn_q_norm.weight"), m.eps)
             k = rmsnorm(k, m.w(p + "attn_k_norm.weight"), m.eps)
-        q = rope(m, q, pos)
-        k = rope(m, k, pos)
+        win = layer_window(m, il)
+        q = rope(m, q, pos, local=win > 0)
+        k = rope(m, k, pos, local=win > 0)
         kall, vall = cache.append(il, k, v)
-        a = attention(m, q, kall, vall, pos).reshape(n, H * hd)
-        x = x + linear(m, a, p + "attn_output")
+        a = attention(m, q, kall, vall, pos, win).reshape(n, H * hd)
+        o = linear(m, a, p + "attn_output")
+        if m.gemma3:
+            o = rmsnorm(o, m.w(p + "post_attention_norm.weight"), m.eps)
+        x = x + o
         hn = rmsnorm(x, m.w(p + "ffn_norm.weight"), m.eps)
-        if m.n_expert > 0:
-            x = x + ffn_moe(m, p, hn)
-        else:
-            x = x + ffn_dense(m, p, hn)
+        f = ffn_moe(m, p, hn) if m.n_expert > 0 else ffn_dense(m, p, hn)
+        if m.gemma3:
+            f = rmsnorm(f, m.w(p + "post_ffw_norm.weight"), m.eps)
+        x = x + f
     xn = rmsnorm(x, m.w("output_norm.weight"), m.eps)
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
-    return xn @ out.T
+    logits = xn @ out.T
+    if m.softcap > 0:
+        logits = m.softcap * np.tanh(logits / m.softcap)
+    return logits
 
 
 def main(argv=None):

@@ -14,6 +14,15 @@ normalizer), and print, for every corpus string:
 (ids space-separated).  "Plain text" means control-token text is encoded as
 ordinary text (HF: encode_special_tokens = True).
 
+For an SPM vocabulary (`tokenizer.ggml.model = llama`: Gemma) the oracle is a
+HF BPE with byte fallback built the way llama.cpp reads the vocabulary: a
+space becomes U+2581 (the normalizer; no prefix space when
+add_space_prefix is false), every split of a normal token into two tokens
+is a merge ranked by the merged token's score (higher first), unknown
+characters become <0xNN> byte tokens, user-defined tokens (Gemma's runs
+of spaces and newlines, HTML tags) are matched in the raw text before the
+merges as non-special added tokens, control tokens as special ones.
+
 pieces mode (--pieces RULE): split every corpus string with the Python
 `regex` module and the pre-tokenizer regexes of doc/formats.md §5.3, printing
 HEX TAB comma-separated HEX pieces; lets the C test check the qwen2 and
@@ -123,8 +132,51 @@ def hf_tokenizer(path):
     return tok
 
 
+def hf_spm_tokenizer(r):
+    """The HF `tokenizers` oracle for an SPM vocabulary (see the module doc),
+    from an open GGUFReader (opening a 262K-token file takes the gguf package
+    tens of seconds)."""
+    import numpy as np
+    from tokenizers import Tokenizer, AddedToken, models, normalizers, decoders
+
+    f = r.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+    sc, ty = r.fields["tokenizer.ggml.scores"], r.fields["tokenizer.ggml.token_type"]
+    scores = np.asarray([sc.parts[i][0] for i in sc.data], dtype=np.float64)
+    types = [int(ty.parts[i][0]) for i in ty.data]
+    if "tokenizer.ggml.add_space_prefix" in r.fields and \
+            r.fields["tokenizer.ggml.add_space_prefix"].contents():
+        sys.exit("tok_check.py: SPM with add_space_prefix has no oracle here")
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    merges = []
+    for i, t in enumerate(tokens):
+        if types[i] != 1 or len(t) < 2:
+            continue
+        for k in range(1, len(t)):
+            a, b = t[:k], t[k:]
+            if a in vocab and b in vocab:
+                merges.append((-scores[i], i, k, a, b))
+    merges.sort()
+    unk = next((tokens[i] for i in range(len(tokens)) if types[i] == 2), None)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(m[3], m[4]) for m in merges],
+                               byte_fallback=True, unk_token=unk, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
+                    for i in range(len(tokens)) if types[i] == 4])
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i in range(len(tokens)) if types[i] == 3])
+    return tok
+
+
 def ids_mode(path, corpus, nfd):
-    tok = hf_tokenizer(path)
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+    model = r.fields["tokenizer.ggml.model"].contents()
+    tok = hf_spm_tokenizer(r) if model == "llama" else hf_tokenizer(path)
     for s in read_corpus(corpus):
         if nfd:
             s = unicodedata.normalize("NFD", s)
