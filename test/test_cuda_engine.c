@@ -425,7 +425,7 @@ START_TEST(cuda_gemma3_real_model_matches_cpu)
                  home ? home : "/root");
     FILE *f = fopen(path, "rb");
     if (!f)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     fclose(f);
     gpu_matches_cpu(path, 24);
 }

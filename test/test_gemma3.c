@@ -269,7 +269,7 @@ START_TEST(real_model_matches_f64_reference)
 {
     const char *model = gemma3_model();
     if (!model)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     if (!test_have_python("numpy, gguf"))
         TEST_SKIP("python", "python3 with numpy and gguf not available");
     gguf *g = NULL;
@@ -293,7 +293,7 @@ START_TEST(real_model_hparams)
 {
     const char *path = gemma3_model();
     if (!path)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     model *m = NULL;
     strata_error err = {0};
     ck_assert_msg(model_load(path, &m, &err) == 0, "%s", err.msg);
@@ -354,7 +354,7 @@ START_TEST(real_model_tokenizer)
 {
     const char *model = gemma3_model();
     if (!model)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     gguf *g = NULL;
     tokenizer *t = NULL;
     strata_error err = {0};
@@ -433,7 +433,7 @@ START_TEST(real_model_matches_hf_tokenizers)
 {
     const char *model = gemma3_model();
     if (!model)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     if (!test_have_python("gguf,tokenizers,numpy"))
         TEST_SKIP("python", "python3 modules gguf, tokenizers, numpy missing");
     gguf *g = NULL;
@@ -492,7 +492,7 @@ START_TEST(real_model_chat_and_answer)
     const char *model = gemma3_model();
     const char *cli = test_cli();
     if (!model)
-        TEST_SKIP("model", "gemma3 model not present (make gemma3-model)");
+        TEST_SKIP("gemma3", "gemma3 model not present (make gemma3-model)");
     if (!cli)
         TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
     char *out = NULL;
