@@ -433,6 +433,19 @@ static int alloc_parts_evicting(convcache *c, span *s, const size_t *bytes,
     }
 }
 
+size_t convcache_evict_to(convcache *c, size_t bytes, const convcache_image *keep)
+{
+    while (c->bytes_used > bytes) {
+        convcache_image *victim = c->oldest;
+        while (victim && (victim == keep || victim->pins > 0 || !image_frees_bytes(victim)))
+            victim = victim->newer;
+        if (!victim)
+            break;
+        image_evict(c, victim);
+    }
+    return c->bytes_used;
+}
+
 static int scratch_reserve(convcache *c, int want)
 {
     if (want <= c->scratch_cap)

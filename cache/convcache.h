@@ -179,6 +179,12 @@ int convcache_verify(const convcache_image *img, int stage, strata_error *err);
  * every part of a cache has a checksum or none has. */
 int convcache_set_checksums(convcache *c, int on, strata_error *err);
 
+/* Evict least recently used unpinned images that give bytes back (keep
+ * excepted; may be NULL) until the cache holds at most `bytes`, or no such
+ * image is left: for the host-memory floor, under which a capture may only
+ * take bytes the cache gives back first.  Returns the bytes held after. */
+size_t convcache_evict_to(convcache *c, size_t bytes, const convcache_image *keep);
+
 /* ---- accounting --------------------------------------------------------- */
 
 void convcache_get_stats(const convcache *c, convcache_stats *st);

@@ -715,6 +715,9 @@ static void sched_destroy(strata_sched *s)
 static int sched_open_cache(strata_sched *s, strata_error *err)
 {
     if (!s->p.cache_mib) {
+        if (s->p.save_dir)
+            return strata_err(err, STRATA_E_ARG, "conversation save to %s: the conversation "
+                              "cache is off (give its MiB)", s->p.save_dir);
         if (s->p.cache_slots > 0)
             return strata_err(err, STRATA_E_ARG, "conversation cache: %d slots but no memory "
                               "(give the MiB too)", s->p.cache_slots);
@@ -724,6 +727,13 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     s->park = park_new(s->e, s->p.cache_mib, slots, err);
     if (!s->park)
         return err->code;
+    park_set_min_free(s->park, s->p.min_free_mib);
+    if (s->p.save_dir) {
+        persist_params pp = {s->p.save_dir, s->p.save_mib, s->p.save_days, s->p.min_free_mib};
+        int rc = park_persist_start(s->park, &pp, err);
+        if (rc)
+            return rc;
+    }
     s->counts.on = 1;
     s->cstats.on = 1;
     return 0;
