@@ -548,7 +548,8 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
     while (cur < lim && s->tokens[cur] == tokens[cur])
         cur++;
     convcache_image *img = NULL;
-    int have = convcache_find(p->cache, tokens, n, &img);
+    int have = p->partial ? convcache_find_common(p->cache, tokens, n, &img)
+                          : convcache_find(p->cache, tokens, n, &img);
     int use = have < n - 1 ? have : n - 1;
     if (use <= cur) {
         strata_seq_truncate(s, cur);

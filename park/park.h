@@ -95,6 +95,14 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
 int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, int *restored,
                  strata_error *err);
 
+/* 1: park_restore also uses an image that shares only a prefix with
+ * tokens (convcache_find_common), restoring that prefix.  The scheduler
+ * turns it on with a save directory: after a restart the ids a client's
+ * resent history encodes to need not be those the model wrote, and a
+ * chat's first turn is a prefix of its saved conversation.  0 (the
+ * default): only an image all of whose tokens begin tokens. */
+void park_set_partial_restore(strata_park *p, int on);
+
 /* The slot shuttle: make `to` (reset first) hold from's conversation.
  * Device to device when both are sequences of one engine (each stage copies
  * within its own pool, on its card); through pinned host memory when `to`

@@ -21,6 +21,8 @@ struct strata_park {
     size_t min_free_mib;     /* the host-memory floor, 0: none */
     int under_floor;         /* warned for this stretch under the floor */
     int pageable_warned;     /* a part could not be pinned: said once */
+    int partial;             /* restores take the longest common prefix
+                                (park_set_partial_restore) */
     /* pinned staging of the shuttle's host round trip, one per stage */
     void **stage_buf;
     size_t *stage_cap;

@@ -39,6 +39,11 @@ void park_persist_flush(strata_park *p)
     persist_flush(p->persist);
 }
 
+void park_set_partial_restore(strata_park *p, int on)
+{
+    p->partial = on;
+}
+
 void park_set_min_free(strata_park *p, size_t mib)
 {
     p->min_free_mib = mib;

@@ -206,6 +206,50 @@ START_TEST(persist_restart_reads_only_new_tokens)
 }
 END_TEST
 
+/* Two `strata-cli chat` processes: the first saves its conversation when
+ * it ends; the second loads it, and its first turn (a prefix of the saved
+ * conversation) restores all of its prompt but the last token, with the
+ * answer of a chat without any saving. */
+START_TEST(persist_chat_two_processes)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_tiny_llama("chat-cli-llama", 400, 11);
+    char *dir = path_in(test_tmpdir(), "save");
+    const char *args = "-n 16 --temp 0 --backend cpu -t 1";
+    char *first = NULL, *plain = NULL, *again = NULL, *st = NULL;
+    /* od: the random model's noise may hold NUL bytes */
+    ck_assert_int_eq(test_runf(&first, "printf 'hello there\\n' | '%s' chat -m '%s' %s "
+                               "--conversation-save '%s' 2>/dev/null | od -c", cli, model, args,
+                               dir), 0);
+    ck_assert_int_eq(count_images(dir), 1);
+    ck_assert_int_eq(test_runf(&plain, "printf 'hello there\\nand again\\n' | '%s' chat -m '%s' "
+                               "%s 2>/dev/null | od -c", cli, model, args), 0);
+    ck_assert_int_eq(test_runf(&again, "printf 'hello there\\nand again\\n' | '%s' chat -m '%s' "
+                               "%s --conversation-save '%s' 2>/dev/null | od -c", cli, model, args,
+                               dir), 0);
+    ck_assert_msg(strlen(plain) > 60, "no answers: '%s'", plain);
+    ck_assert_str_eq(again, plain);
+    ck_assert_int_eq(test_runf(&st, "printf 'hello there\\n/stats\\n' | '%s' chat -m '%s' %s "
+                               "--conversation-save '%s' 2>&1 | tr -d '\\000'", cli, model, args,
+                               dir), 0);
+    const char *p = strstr(st, "strata: prompt ");
+    int prompt = 0, reused = 0, kept = 0, restored = 0, read = 0;
+    ck_assert_msg(p && sscanf(p, "strata: prompt %d tok: %d reused (%d kept in the slot, %d "
+                              "restored in %*f s), %d read", &prompt, &reused, &kept, &restored,
+                              &read) == 5, "no /stats line:\n%s", st);
+    ck_assert_msg(restored == prompt - 1 && read == 1, "restored %d of %d, read %d:\n%s",
+                  restored, prompt, read, st);
+    ck_assert_msg(strstr(st, "conversation save: 1 loaded at start (0 files skipped)"), "%s", st);
+    free(first);
+    free(plain);
+    free(again);
+    free(st);
+    free(dir);
+}
+END_TEST
+
 /* ---- crash safety --------------------------------------------------------- */
 
 /* A child writes two images over one file in a loop; killed at random
@@ -549,6 +593,7 @@ static Suite *persist_suite(void)
     TCase *tc = tcase_create("persist");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, persist_restart_reads_only_new_tokens);
+    tcase_add_test(tc, persist_chat_two_processes);
     tcase_add_test(tc, persist_kill9_mid_save);
     tcase_add_test(tc, persist_flipped_byte_skipped);
     tcase_add_test(tc, persist_other_model_and_kv_type_skipped);
