@@ -342,7 +342,8 @@ static void load_dir(persist *ps, const persist_params *pp)
         uint64_t fb = 0;
         int rc = path ? persist_check_header(&ps->id, path, &toks, &fb, &err) : -1;
         free(path);
-        uint64_t kv = fb - PERSIST_FILE_OVERHEAD - (uint64_t)toks * 4;
+        /* the cache holds the K/V: the file less its header, checksum, tokens */
+        uint64_t kv = rc ? 0 : fb - PERSIST_FILE_OVERHEAD - (uint64_t)toks * 4;
         if (rc) {
             fprintf(stderr, "strata: warning: conversation save: skipped %s\n", err.msg);
             ps->st.skipped++;

@@ -791,7 +791,8 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
     }
     if (sched_open_cache(s, err))
         goto fail;
-    sched_stats_publish(s);   /* images loaded from a save directory show at once */
+    if (s->park && s->p.save_dir)
+        sched_stats_publish(s);   /* images loaded from a save directory show at once */
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         strata_err(err, STRATA_E_NOMEM, "cannot start the scheduler thread");
         goto fail;

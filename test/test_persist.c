@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -132,6 +133,44 @@ static convcache *plain_cache(int n_stages)
     ck_assert_msg(c != NULL, "%s", err.msg);
     return c;
 }
+
+/* The longest common prefix with any image, not only whole-image prefixes
+ * (what a restore after a restart needs). */
+START_TEST(persist_find_common_prefix)
+{
+    convcache *c = plain_cache(1);
+    int32_t a[10], b[8];
+    for (int i = 0; i < 10; i++)
+        a[i] = i + 1;
+    memcpy(b, a, sizeof(int32_t) * 5);
+    b[5] = b[6] = b[7] = 9;
+    const int32_t *keys[2] = {a, b};
+    int lens[2] = {10, 8};
+    strata_error err = {0};
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = 64;
+        convcache_capture *cap;
+        ck_assert_int_eq(convcache_begin(c, keys[k], lens[k], lens[k], NULL, &bytes, &cap, &err),
+                         0);
+        memset(convcache_capture_part(cap, 0), k + 1, 64);
+        ck_assert_int_eq(convcache_commit(c, cap, NULL, &err), 0);
+    }
+    convcache_image *img;
+    int32_t q[8] = {1, 2, 3, 4, 5, 6, 7, 0};
+    ck_assert_int_eq(convcache_find_common(c, q, 8, &img), 7);
+    ck_assert_int_eq(convcache_image_tokens(img, NULL)[9], 10);
+    /* the whole-prefix lookup finds nothing for it */
+    ck_assert_int_eq(convcache_find(c, q, 8, &img), 0);
+    int32_t r[9] = {1, 2, 3, 4, 5, 9, 9, 9, 9};
+    ck_assert_int_eq(convcache_find_common(c, r, 9, &img), 8);
+    ck_assert_int_eq(convcache_image_tokens(img, NULL)[7], 9);
+    ck_assert_int_eq(convcache_find_common(c, r, 3, &img), 3);   /* query shorter */
+    int32_t z[1] = {2};
+    ck_assert_int_eq(convcache_find_common(c, z, 1, &img), 0);
+    ck_assert_ptr_null(img);
+    convcache_free(c);
+}
+END_TEST
 
 /* ---- save, restart, follow-up ------------------------------------------- */
 
@@ -410,6 +449,58 @@ START_TEST(persist_other_model_and_kv_type_skipped)
 }
 END_TEST
 
+/* A write that fails (here: a file size limit, as a full disk would) is a
+ * warning: the capture succeeds, the image stays in memory, nothing is
+ * left in the directory, and a later save works. */
+START_TEST(persist_write_failure_is_a_warning)
+{
+    strata_engine *e = open_engine(model_a(), NULL, STRATA_KV_DEFAULT);
+    strata_error err = {0};
+    strata_park *pk = park_new(e, 64, 16, &err);
+    ck_assert_ptr_nonnull(pk);
+    char *dir = path_in(test_tmpdir(), "save");
+    persist_params pp = {dir, 0, 0, 0};
+    ck_assert_msg(park_persist_start(pk, &pp, &err) == 0, "%s", err.msg);
+    int32_t *t = random_tokens(300, 81);
+    strata_seq *s = strata_seq_new(e, &err);
+    ck_assert_int_eq(strata_seq_feed(s, t, 300, NULL, NULL, &err), 0);
+    struct rlimit old, small = {16384, 0};
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);   /* write then fails with EFBIG instead */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+    ck_assert_msg(park_capture(pk, s, 0, NULL, &err) == 0, "%s", err.msg);
+    park_persist_flush(pk);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    park_stats st;
+    park_get_stats(pk, &st);
+    ck_assert_int_eq(st.persist.save_failures, 1);
+    ck_assert_int_eq(st.persist.saved, 0);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int left = 0;
+    while ((de = readdir(d)))
+        left += de->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(left, 0);
+    convcache_image *img;
+    ck_assert_int_eq(convcache_find(park_cache(pk), t, 300, &img), 300);
+    /* the next save goes through */
+    int32_t more = 5;
+    ck_assert_int_eq(strata_seq_feed(s, &more, 1, NULL, NULL, &err), 0);
+    ck_assert_int_eq(park_capture(pk, s, 0, NULL, &err), 0);
+    park_persist_flush(pk);
+    park_get_stats(pk, &st);
+    ck_assert_int_eq(st.persist.saved, 1);
+    ck_assert_int_eq(count_images(dir), 1);
+    strata_seq_free(s);
+    park_free(pk);
+    free(t);
+    free(dir);
+    strata_close(e);
+}
+END_TEST
+
 /* ---- the directory's cap and age ------------------------------------------ */
 
 static void touch_ago(const char *path, int seconds)
@@ -592,11 +683,13 @@ static Suite *persist_suite(void)
     Suite *s = suite_create("persist");
     TCase *tc = tcase_create("persist");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, persist_find_common_prefix);
     tcase_add_test(tc, persist_restart_reads_only_new_tokens);
     tcase_add_test(tc, persist_chat_two_processes);
     tcase_add_test(tc, persist_kill9_mid_save);
     tcase_add_test(tc, persist_flipped_byte_skipped);
     tcase_add_test(tc, persist_other_model_and_kv_type_skipped);
+    tcase_add_test(tc, persist_write_failure_is_a_warning);
     tcase_add_test(tc, persist_cap_evicts_oldest_first);
     tcase_add_test(tc, persist_floor_no_growth);
     tcase_add_test(tc, persist_meminfo_reads);
