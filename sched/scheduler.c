@@ -673,12 +673,7 @@ static void *sched_main(void *arg)
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].h)
             sched_slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
-    /* With a save directory the conversations still in their slots are
-     * captured (and so written) before the cache goes: chat's conversation
-     * stays resident between turns and would otherwise never be saved. */
-    if (s->park && s->p.save_dir)
-        for (int i = 0; i < s->n_slots; i++)
-            sched_slot_capture(s, &s->slots[i]);
+    sched_save_slots(s);
     pthread_mutex_lock(&s->mu);
     while (s->head) {
         sched_handle *h = s->head;
@@ -733,14 +728,9 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     s->park = park_new(s->e, s->p.cache_mib, slots, err);
     if (!s->park)
         return err->code;
-    park_set_min_free(s->park, s->p.min_free_mib);
-    if (s->p.save_dir) {
-        persist_params pp = {s->p.save_dir, s->p.save_mib, s->p.save_days, s->p.min_free_mib};
-        int rc = park_persist_start(s->park, &pp, err);
-        if (rc)
-            return rc;
-        park_set_partial_restore(s->park, 1);
-    }
+    int rc = sched_open_save(s, err);
+    if (rc)
+        return rc;
     s->counts.on = 1;
     s->cstats.on = 1;
     return 0;
@@ -791,8 +781,6 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
     }
     if (sched_open_cache(s, err))
         goto fail;
-    if (s->park && s->p.save_dir)
-        sched_stats_publish(s);   /* images loaded from a save directory show at once */
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         strata_err(err, STRATA_E_NOMEM, "cannot start the scheduler thread");
         goto fail;
