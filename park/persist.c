@@ -153,7 +153,8 @@ int persist_enforce(const char *dir, size_t max_mib, int max_days)
     int n, removed = 0;
     if (list_images(dir, &v, &n, 1) != 0)
         return 0;
-    qsort(v, (size_t)n, sizeof *v, older_first);
+    if (n > 1)
+        qsort(v, (size_t)n, sizeof *v, older_first);
     uint64_t total = 0;
     time_t now = time(NULL);
     for (int i = 0; i < n; i++) {
@@ -330,7 +331,8 @@ static void load_dir(persist *ps, const persist_params *pp)
     int n;
     if (list_images(ps->dir, &v, &n, 0) != 0)
         return;
-    qsort(v, (size_t)n, sizeof *v, older_first);
+    if (n > 1)
+        qsort(v, (size_t)n, sizeof *v, older_first);
     convcache_stats cs;
     convcache_get_stats(ps->cache, &cs);
     uint64_t room = cs.bytes_max - cs.bytes_used;
