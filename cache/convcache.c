@@ -303,6 +303,32 @@ int convcache_find(convcache *c, const int32_t *tokens, int n_tokens,
     return best->n_tokens;
 }
 
+int convcache_find_common(convcache *c, const int32_t *tokens, int n_tokens,
+                          convcache_image **img)
+{
+    *img = NULL;
+    convcache_image *best = NULL;
+    int best_n = 0;
+    /* newest first, so of images sharing as much the most recent wins */
+    for (convcache_image *it = c->newest; it && tokens && n_tokens > 0; it = it->older) {
+        int lim = it->n_tokens < n_tokens ? it->n_tokens : n_tokens, k = 0;
+        while (k < lim && it->tokens[k] == tokens[k])
+            k++;
+        if (k > best_n) {
+            best = it;
+            best_n = k;
+        }
+    }
+    if (!best) {
+        c->misses++;
+        return 0;
+    }
+    c->hits++;
+    lru_touch(c, best);
+    *img = best;
+    return best_n;
+}
+
 void convcache_pin(convcache_image *img)
 {
     if (img)
@@ -431,6 +457,19 @@ static int alloc_parts_evicting(convcache *c, span *s, const size_t *bytes,
             return rc;
         image_evict(c, victim);
     }
+}
+
+size_t convcache_evict_to(convcache *c, size_t bytes, const convcache_image *keep)
+{
+    while (c->bytes_used > bytes) {
+        convcache_image *victim = c->oldest;
+        while (victim && (victim == keep || victim->pins > 0 || !image_frees_bytes(victim)))
+            victim = victim->newer;
+        if (!victim)
+            break;
+        image_evict(c, victim);
+    }
+    return c->bytes_used;
 }
 
 static int scratch_reserve(convcache *c, int want)

@@ -115,6 +115,16 @@ void convcache_free(convcache *c);
 int convcache_find(convcache *c, const int32_t *tokens, int n_tokens,
                    convcache_image **img);
 
+/* The committed image sharing the longest common prefix with
+ * tokens[0..n_tokens), which need not be all of it: *img and the prefix's
+ * length, or 0 (a miss).  The K/V of a prefix depends only on its tokens,
+ * so those of any image are valid for them.  For a restore whose ids may
+ * differ from the image's after some point (after a restart the server no
+ * longer knows which ids its answers had).  Cost: a compare per shared
+ * token of every image (convcache_find hashes instead). */
+int convcache_find_common(convcache *c, const int32_t *tokens, int n_tokens,
+                          convcache_image **img);
+
 /* Keep an image from being evicted while it is in use (a restore in
  * flight, a prefix held across other captures).  Pins nest. */
 void convcache_pin(convcache_image *img);
@@ -178,6 +188,12 @@ int convcache_verify(const convcache_image *img, int stage, strata_error *err);
  * captured: STRATA_E_ARG once the cache holds an image or a capture, so
  * every part of a cache has a checksum or none has. */
 int convcache_set_checksums(convcache *c, int on, strata_error *err);
+
+/* Evict least recently used unpinned images that give bytes back (keep
+ * excepted; may be NULL) until the cache holds at most `bytes`, or no such
+ * image is left: for the host-memory floor, under which a capture may only
+ * take bytes the cache gives back first.  Returns the bytes held after. */
+size_t convcache_evict_to(convcache *c, size_t bytes, const convcache_image *keep);
 
 /* ---- accounting --------------------------------------------------------- */
 

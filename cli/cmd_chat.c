@@ -34,7 +34,8 @@
 
 #define CHAT_USES                                                                \
     (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |     \
-     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
+     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE | \
+     CLI_USE_SAVE)
 
 /* The chat commands: /help prints only these (the options are for the
  * command line, and 50 lines of them would scroll these away). */
@@ -149,6 +150,13 @@ static void print_cache_stats(chat_state *c)
            (unsigned long long)st.park.captures[PARK_CAPTURE_REUSED],
            (unsigned long long)st.capture_failures, (unsigned long long)st.restores,
            (unsigned long long)st.restored_tokens, (unsigned long long)st.cache.evictions);
+    const persist_stats *ps = &st.park.persist;
+    if (ps->saved || ps->loaded || ps->skipped || ps->save_failures)
+        printf("conversation save: %llu loaded at start (%llu files skipped), %llu saved "
+               "(%llu failed, %llu not queued), %llu files removed\n",
+               (unsigned long long)ps->loaded, (unsigned long long)ps->skipped,
+               (unsigned long long)ps->saved, (unsigned long long)ps->save_failures,
+               (unsigned long long)ps->save_dropped, (unsigned long long)ps->removed);
 }
 
 /* The last answer's numbers, all from its sched_result. */
@@ -344,8 +352,7 @@ static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
     if (!rc) {
         sched_params sp = sched_params_default();
         sp.chat_template = o->chat_template;
-        sp.cache_mib = o->conv_cache_mib;
-        sp.cache_slots = o->conv_cache_slots;
+        cli_opts_sched_cache(o, &sp);
         c->sched = sched_new(c->fe.e, &sp, err);
         if (!c->sched) {
             rc = err->code ? err->code : STRATA_E_NOMEM;

@@ -23,7 +23,8 @@
 #define SERVE_CACHE_MIB 256 /* conversation cache, as in chat */
 #define SERVE_USES                                                                \
     (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |     \
-     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE)
+     CLI_USE_GROUPS | CLI_USE_SAMPLING | CLI_USE_PREDICT | CLI_USE_CHAT | CLI_USE_CACHE | \
+     CLI_USE_SAVE)
 
 static void usage(FILE *f)
 {
@@ -192,8 +193,7 @@ int cmd_serve(int argc, char **argv)
     }
     sched_params schp = sched_params_default();
     schp.chat_template = o.chat_template;
-    schp.cache_mib = o.conv_cache_mib;
-    schp.cache_slots = o.conv_cache_slots;
+    cli_opts_sched_cache(&o, &schp);
     if (serve_attach(srv, fe.e, &schp, &err)) {
         fprintf(stderr, "strata-cli serve: %s\n", err.msg);
         serve_free(srv);

@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "cli/options.h"
+#include "sched/scheduler.h"
 
 void cli_opts_init(cli_opts *o)
 {
@@ -44,6 +45,9 @@ static const opt_group opt_groups[] = {
     {"--chat", CLI_USE_CHATFLAG},
     {"--conversation-cache-mib", CLI_USE_CACHE}, {"--conversation-cache-slots", CLI_USE_CACHE},
     {"-f", CLI_USE_FILE}, {"--file", CLI_USE_FILE},
+    {"--conversation-save", CLI_USE_SAVE}, {"--conversation-save-mib", CLI_USE_SAVE},
+    {"--conversation-save-days", CLI_USE_SAVE},
+    {"--conversation-cache-min-free-mib", CLI_USE_SAVE},
 };
 
 static unsigned group_of(const char *a)
@@ -154,7 +158,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
                                        "--backend", "--kv", "--batch", "--slots", "-np",
                                        "--layer-split", "--devices", "--kv-resident", "-t",
                                        "--threads", "--chunk", "--conversation-cache-mib",
-                                       "--conversation-cache-slots", "--batch-groups", NULL};
+                                       "--conversation-cache-slots", "--batch-groups",
+                                       "--conversation-save", "--conversation-save-mib",
+                                       "--conversation-save-days",
+                                       "--conversation-cache-min-free-mib", NULL};
     int known = 0;
     for (int k = 0; with_value[k]; k++)
         known |= IS(with_value[k]);
@@ -238,6 +245,14 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
         return rc;
     } else if (IS("--conversation-cache-slots"))
         return to_int(cmd, a, v, 0, &o->conv_cache_slots);
+    else if (IS("--conversation-save"))
+        o->conv_save_dir = v;
+    else if (IS("--conversation-save-mib"))
+        return to_int(cmd, a, v, 0, &o->conv_save_mib);
+    else if (IS("--conversation-save-days"))
+        return to_int(cmd, a, v, 0, &o->conv_save_days);
+    else if (IS("--conversation-cache-min-free-mib"))
+        return to_int(cmd, a, v, 0, &o->conv_min_free_mib);
 #undef IS
     return 1;
 }
@@ -274,6 +289,16 @@ int cli_opts_check(const cli_opts *o, const char *cmd)
         fprintf(stderr, "strata-cli %s: %s '%s' needs --chat (without it the prompt is plain "
                         "text)\n", cmd, o->system ? "-sys" : "--chat-template",
                 o->system ? o->system : o->chat_template);
+        return -1;
+    }
+    if ((o->conv_save_mib || o->conv_save_days) && !o->conv_save_dir) {
+        fprintf(stderr, "strata-cli %s: --conversation-save-%s needs --conversation-save DIR\n",
+                cmd, o->conv_save_mib ? "mib" : "days");
+        return -1;
+    }
+    if (o->conv_save_dir && !o->conv_cache_mib) {
+        fprintf(stderr, "strata-cli %s: --conversation-save '%s' saves the conversation cache, "
+                        "which --conversation-cache-mib 0 turns off\n", cmd, o->conv_save_dir);
         return -1;
     }
     if (o->ep.devices && o->ep.backend == STRATA_BACKEND_CPU) {
@@ -340,6 +365,18 @@ static const opt_help opt_help_lines[] = {
      "                          history (0: off)\n"
      "  --conversation-cache-slots K  most conversations kept (default 64 when the\n"
      "                          cache is on); least recently used go first\n"},
+    {CLI_USE_SAVE,
+     "  --conversation-cache-min-free-mib N  the cache does not grow while the\n"
+     "                          machine's available memory is under N MiB: a new\n"
+     "                          conversation evicts older ones or is not kept\n"
+     "                          (default 0: no floor)\n"
+     "  --conversation-save DIR  also write each kept conversation to DIR (made if\n"
+     "                          missing) and load DIR's conversations at start, so a\n"
+     "                          follow-up after a restart reads only its new tokens;\n"
+     "                          files of another model or KV type are skipped\n"
+     "  --conversation-save-mib N  at most N MiB of files in DIR, oldest removed\n"
+     "                          first (default 0: no cap)\n"
+     "  --conversation-save-days D  remove files older than D days (default 0: keep)\n"},
     {CLI_USE_SAMPLING,
      "sampling:\n"
      "  --temp T                temperature, >= 0 (default 0.8, run and chat on the demo\n"
@@ -411,6 +448,16 @@ int cli_opts_demo_defaults(cli_opts *o)
         changed = 1;
     }
     return changed;
+}
+
+void cli_opts_sched_cache(const cli_opts *o, sched_params *sp)
+{
+    sp->cache_mib = o->conv_cache_mib;
+    sp->cache_slots = o->conv_cache_slots;
+    sp->save_dir = o->conv_save_dir;
+    sp->save_mib = (size_t)o->conv_save_mib;
+    sp->save_days = o->conv_save_days;
+    sp->min_free_mib = (size_t)o->conv_min_free_mib;
 }
 
 void cli_progress(uint64_t done, uint64_t total, void *user)

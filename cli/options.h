@@ -22,6 +22,11 @@ typedef struct cli_opts {
      * cache_slots); 0: off.  chat sets its default (256) before parsing. */
     size_t conv_cache_mib;
     int conv_cache_slots;
+    /* --conversation-save DIR (-mib, -days) and
+     * --conversation-cache-min-free-mib: sched_params' save_dir, save_mib,
+     * save_days, min_free_mib (cli_opts_sched_cache). */
+    const char *conv_save_dir;
+    int conv_save_mib, conv_save_days, conv_min_free_mib;
     /* Which shared options this command reads (CLI_USE_*): the others are
      * refused by name, and its --help lists only these.  An option a
      * command would ignore silently is worse than one it rejects. */
@@ -48,6 +53,13 @@ typedef struct cli_opts {
 #define CLI_USE_CHATFLAG 0x080u /* --chat */
 #define CLI_USE_CACHE    0x100u /* --conversation-cache-mib/-slots */
 #define CLI_USE_FILE     0x200u /* -f */
+#define CLI_USE_SAVE     0x2000u /* --conversation-save(-mib, -days),
+                                    --conversation-cache-min-free-mib */
+
+struct sched_params;
+/* The conversation cache's options into a scheduler's parameters:
+ * cache_mib, cache_slots, and the save directory and memory floor. */
+void cli_opts_sched_cache(const cli_opts *o, struct sched_params *sp);
 
 /* Sets uses to every group; each command narrows it before parsing. */
 void cli_opts_init(cli_opts *o);

@@ -25,23 +25,13 @@
 #include "cache/arena.h"
 #include "engine/backend.h"
 #include "engine/engine_internal.h"
+#include "park/hostmem.h"
+#include "park/park_internal.h"
+#include "park/persist.h"
 
 int park_fail_stage = -1;
 int park_arena_on_cpu = 0;
 
-struct strata_park {
-    strata_engine *e;
-    convcache *cache;
-    /* the cache's bytes when they come from one block (pinned on CUDA):
-     * the arena that carves it; block NULL: per-part allocation */
-    void *block;
-    arena block_arena;
-    int verify;
-    park_stats st;
-    /* pinned staging of the shuttle's host round trip, one per stage */
-    void **stage_buf;
-    size_t *stage_cap;
-};
 
 /* The calling thread's copier for a stage's pool (engine/backend.h). */
 static int get_copier(const strata_engine *e, int stage, backend_copier *c, strata_error *err)
@@ -236,15 +226,40 @@ static int block_take(strata_park *p, size_t bytes, strata_error *err)
 }
 
 /* Per-part allocation from the backend's host memory (the fallback when
- * the block cannot be had). */
+ * the block cannot be had).  When even a part cannot be pinned the part
+ * comes from malloc, pageable (its copies run at a fraction of the pinned
+ * rate, but correctly: doc/convcache.md, "Pinning failures"), with one
+ * warning.  A 64-byte tag before the part says which, for the free. */
+#define PART_TAG 64
 static void *host_part_alloc(size_t bytes, void *ctx)
 {
-    return ((const backend *)ctx)->host_alloc(bytes);
+    strata_park *p = ctx;
+    char *b = p->e->be->host_alloc(bytes + PART_TAG);
+    int pinned = b != NULL;
+    if (!b)
+        b = malloc(bytes + PART_TAG);
+    if (!b)
+        return NULL;
+    if (!pinned && !p->pageable_warned) {
+        char why[256];
+        park_memlock_note(why, sizeof why);
+        fprintf(stderr, "strata: warning: conversation cache: cannot pin %zu bytes (%s); using "
+                        "pageable memory for the parts that cannot be pinned (slower copies)\n",
+                bytes, why);
+        p->pageable_warned = 1;
+    }
+    b[0] = (char)pinned;
+    return b + PART_TAG;
 }
 
 static void host_part_free(void *ptr, void *ctx)
 {
-    ((const backend *)ctx)->host_free(ptr);
+    strata_park *p = ctx;
+    char *b = (char *)ptr - PART_TAG;
+    if (b[0])
+        p->e->be->host_free(b);
+    else
+        free(b);
 }
 
 /* Where the cache's parts come from: the arena over one block of the whole
@@ -256,7 +271,7 @@ static convcache_allocator cache_allocator(strata_park *p, size_t bytes)
     convcache_allocator al = {NULL, NULL, NULL};   /* malloc */
     int on_cuda = p->e->be->pins_host;
     if (on_cuda)
-        al = (convcache_allocator){host_part_alloc, host_part_free, (void *)p->e->be};
+        al = (convcache_allocator){host_part_alloc, host_part_free, p};
     if (!on_cuda && !park_arena_on_cpu)
         return al;
     strata_error why = {0};
@@ -269,9 +284,12 @@ static convcache_allocator cache_allocator(strata_park *p, size_t bytes)
     }
     /* A warning, not an info line, so printed even when quiet: every
      * capture will be slower, and the bench must not be read without it. */
-    fprintf(stderr, "strata: conversation cache: cannot take one block of %zu MiB (%s); "
+    char lim[256] = "";
+    if (on_cuda)
+        park_memlock_note(lim, sizeof lim);
+    fprintf(stderr, "strata: conversation cache: cannot take one block of %zu MiB (%s%s%s); "
                     "allocating%s each capture's parts instead\n", bytes >> 20, why.msg,
-            on_cuda ? " and pinning" : "");
+            on_cuda ? "; " : "", lim, on_cuda ? " and pinning" : "");
     return al;
 }
 
@@ -352,6 +370,7 @@ void park_free(strata_park *p)
 {
     if (!p)
         return;
+    persist_free(p->persist);   /* writes what is queued, unpins */
     convcache_free(p->cache);   /* gives every part back to the arena */
     if (p->block) {
         arena_fini(&p->block_arena);
@@ -377,7 +396,12 @@ int park_set_verify(strata_park *p, int on, strata_error *err)
 }
 convcache *park_cache(strata_park *p) { return p->cache; }
 arena *park_arena(strata_park *p) { return p->block ? &p->block_arena : NULL; }
-void park_get_stats(const strata_park *p, park_stats *st) { *st = p->st; }
+void park_get_stats(const strata_park *p, park_stats *st)
+{
+    *st = p->st;
+    if (p->persist)
+        persist_get_stats(p->persist, &st->persist);
+}
 
 /* ---- capture ----------------------------------------------------------------- */
 
@@ -419,6 +443,7 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
     int n = s->n_tokens;
     if (n <= 0)
         return strata_err(err, STRATA_E_ARG, "park_capture: the conversation is empty");
+    persist_reap(p->persist);
     convcache_image *prefix = NULL;
     int have = convcache_find(p->cache, s->tokens, n, &prefix);
     if (have == n) {
@@ -427,9 +452,16 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
         p->st.captures[PARK_CAPTURE_CACHED]++;
         return 0;
     }
-    size_t new_bytes[STAGEPOOL_MAX_STAGES];
-    for (int i = 0; i < e->n_stages; i++)
+    size_t new_bytes[STAGEPOOL_MAX_STAGES], need = 0;
+    for (int i = 0; i < e->n_stages; i++) {
         new_bytes[i] = (size_t)(n - have) * park_token_bytes(p, i);
+        need += new_bytes[i];
+    }
+    if (!(flags & PARK_CAPTURE_DRY)) {
+        int rf = park_floor_room(p, need, have ? prefix : NULL, err);
+        if (rf)
+            return rf;
+    }
     capture_job *j = calloc(1, sizeof *j);
     if (!j)
         return strata_err(err, STRATA_E_NOMEM, "out of memory");
@@ -443,10 +475,13 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
             p->st.bytes_d2h += j->bytes[i];
     }
     if (j->cap) {
+        convcache_image *img = NULL;
         if (rc || (flags & PARK_CAPTURE_DRY))
             convcache_abort(p->cache, j->cap);
         else
-            rc = convcache_commit(p->cache, j->cap, NULL, err);
+            rc = convcache_commit(p->cache, j->cap, &img, err);
+        if (!rc && img && p->persist)
+            persist_enqueue(p->persist, img, have);
     }
     free(j);
     if (!rc) {
@@ -507,12 +542,14 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
         return strata_err(err, STRATA_E_ARG, "park_restore: the sequence belongs to another engine");
     if (n <= 0)
         return 0;
+    persist_reap(p->persist);
     /* what s already holds of tokens: its common prefix with them */
     int cur = 0, lim = s->n_tokens < n - 1 ? s->n_tokens : n - 1;
     while (cur < lim && s->tokens[cur] == tokens[cur])
         cur++;
     convcache_image *img = NULL;
-    int have = convcache_find(p->cache, tokens, n, &img);
+    int have = p->partial ? convcache_find_common(p->cache, tokens, n, &img)
+                          : convcache_find(p->cache, tokens, n, &img);
     int use = have < n - 1 ? have : n - 1;
     if (use <= cur) {
         strata_seq_truncate(s, cur);

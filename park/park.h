@@ -31,6 +31,7 @@
 
 #include "cache/convcache.h"
 #include "engine/strata.h"
+#include "park/persist.h"
 
 typedef struct strata_park strata_park;
 
@@ -59,6 +60,11 @@ typedef struct park_stats {
     uint64_t restores;        /* restores that copied an image */
     uint64_t shuttles_d2d, shuttles_host;
     uint64_t bytes_d2h, bytes_h2d, bytes_d2d; /* bytes copied, all stages */
+    /* the host-memory floor (park_set_min_free) */
+    uint64_t floor_warnings;  /* stretches under the floor (one warning each) */
+    uint64_t floor_evictions; /* captures that evicted to make their room */
+    uint64_t floor_declines;  /* captures declined: nothing to give back */
+    persist_stats persist;    /* the save directory (park_persist_start) */
 } park_stats;
 
 /* A conversation cache of cache_mib MiB and cache_slots images.  On the
@@ -89,6 +95,14 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
 int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, int *restored,
                  strata_error *err);
 
+/* 1: park_restore also uses an image that shares only a prefix with
+ * tokens (convcache_find_common), restoring that prefix.  The scheduler
+ * turns it on with a save directory: after a restart the ids a client's
+ * resent history encodes to need not be those the model wrote, and a
+ * chat's first turn is a prefix of its saved conversation.  0 (the
+ * default): only an image all of whose tokens begin tokens. */
+void park_set_partial_restore(strata_park *p, int on);
+
 /* The slot shuttle: make `to` (reset first) hold from's conversation.
  * Device to device when both are sequences of one engine (each stage copies
  * within its own pool, on its card); through pinned host memory when `to`
@@ -110,6 +124,19 @@ struct arena *park_arena(strata_park *p);
 void park_get_stats(const strata_park *p, park_stats *st);
 /* K/V bytes per token of stage i (all its layers and buffers). */
 size_t park_token_bytes(const strata_park *p, int stage);
+
+/* Save every committed image to pp->dir and load the directory's images
+ * now (park/persist.h; doc/convcache.md, "Conversations on disk").  Call
+ * once, before the first capture; a refused file is a warning, a directory
+ * that cannot be used an error. */
+int park_persist_start(strata_park *p, const persist_params *pp, strata_error *err);
+/* Wait until every queued save is written (tests; park_free does it too). */
+void park_persist_flush(strata_park *p);
+/* The host-memory floor: while MemAvailable (park/hostmem.h) is under mib
+ * MiB, a capture first evicts least recently used images to make its room
+ * and is declined (STRATA_E_LIMIT) when they cannot give enough back; one
+ * warning per stretch under the floor.  0: no floor (the default). */
+void park_set_min_free(strata_park *p, size_t mib);
 
 /* Test hook: when >= 0, that stage's body fails with STRATA_E_DEVICE
  * ("injected failure") after doing its copy, as a real copy error would

@@ -147,4 +147,11 @@ int sched_room_for_slot(strata_sched *s, sched_slot *sl, int n, sched_step *st);
  * batch fits. */
 void sched_room_for_decode(strata_sched *s, sched_step *st);
 
+/* With the cache: the host-memory floor, and with sched_params.save_dir
+ * the save directory (loaded now) and restores by common prefix. */
+int sched_open_save(strata_sched *s, strata_error *err);
+/* At shutdown, with a save directory: capture (so save) every slot's
+ * conversation still held. */
+void sched_save_slots(strata_sched *s);
+
 #endif

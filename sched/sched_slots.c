@@ -84,6 +84,31 @@ void sched_slot_capture(strata_sched *s, sched_slot *sl)
     sched_stats_publish(s);
 }
 
+int sched_open_save(strata_sched *s, strata_error *err)
+{
+    park_set_min_free(s->park, s->p.min_free_mib);
+    if (!s->p.save_dir)
+        return 0;
+    persist_params pp = {s->p.save_dir, s->p.save_mib, s->p.save_days, s->p.min_free_mib};
+    int rc = park_persist_start(s->park, &pp, err);
+    if (rc)
+        return rc;
+    /* after a restart a prompt's ids need not run to the end of a saved
+     * image: restore what they share (park.h) */
+    park_set_partial_restore(s->park, 1);
+    sched_stats_publish(s);   /* the images loaded show at once */
+    return 0;
+}
+
+void sched_save_slots(strata_sched *s)
+{
+    /* chat's conversation stays resident between turns and would
+     * otherwise never be captured, so never saved */
+    if (s->park && s->p.save_dir)
+        for (int i = 0; i < s->n_slots; i++)
+            sched_slot_capture(s, &s->slots[i]);
+}
+
 void sched_slot_evict(strata_sched *s, sched_slot *sl, sched_step *st)
 {
     sched_slot_capture(s, sl);

@@ -673,6 +673,7 @@ static void *sched_main(void *arg)
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].h)
             sched_slot_finish(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+    sched_save_slots(s);
     pthread_mutex_lock(&s->mu);
     while (s->head) {
         sched_handle *h = s->head;
@@ -715,6 +716,9 @@ static void sched_destroy(strata_sched *s)
 static int sched_open_cache(strata_sched *s, strata_error *err)
 {
     if (!s->p.cache_mib) {
+        if (s->p.save_dir)
+            return strata_err(err, STRATA_E_ARG, "conversation save to %s: the conversation "
+                              "cache is off (give its MiB)", s->p.save_dir);
         if (s->p.cache_slots > 0)
             return strata_err(err, STRATA_E_ARG, "conversation cache: %d slots but no memory "
                               "(give the MiB too)", s->p.cache_slots);
@@ -724,6 +728,9 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     s->park = park_new(s->e, s->p.cache_mib, slots, err);
     if (!s->park)
         return err->code;
+    int rc = sched_open_save(s, err);
+    if (rc)
+        return rc;
     s->counts.on = 1;
     s->cstats.on = 1;
     return 0;

@@ -94,6 +94,14 @@ typedef struct sched_params {
      * cache_mib > 0 turns it on (cache_slots <= 0 then means 64); 0: off. */
     size_t cache_mib;
     int cache_slots;
+    /* With the cache: save its images to save_dir and load them at start
+     * (park_persist_start; NULL: off), at most save_mib MiB of files (0: no
+     * cap), none older than save_days days (0: no limit); and the
+     * host-memory floor in MiB (park_set_min_free; 0: none). */
+    const char *save_dir;
+    size_t save_mib;
+    int save_days;
+    size_t min_free_mib;
     /* 1: reset a slot when its request ends (no idle-resident slots): the
      * baseline that resident reuse is compared with. */
     int no_resident_reuse;
