@@ -145,8 +145,8 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
     memset(dw, 0, sizeof *dw);
     if (!w->data)
         return 0;
-    /* the types with no kernel (Q4_1, Q5_x, IQ4_NL, the K-quants, IQ2_*,
-     * IQ3_S, IQ4_XS, BF16) go to the card as F16 */
+    /* a type with no kernel goes to the card as F16 (every type strata
+     * decodes has one now; the path stays for any type added later) */
     int type = cuda_weight_supported(w->type) ? w->type : GGML_TYPE_F16;
     size_t mb = cuda_weight_bytes(type, w->rows, w->cols);
     if (!mb)

@@ -1,0 +1,375 @@
+/* wblocks.cuh: the weight types the card reads straight from their ggml
+ * blocks: Q4_1 Q5_0 Q5_1 IQ4_NL (32-element blocks) and Q2_K Q3_K Q4_K
+ * Q5_K Q6_K IQ2_XXS IQ2_XS IQ2_S IQ3_S IQ4_XS (256-element super-blocks).
+ * Included by wtile.cuh; also compiled for the host (the decoders are
+ * __host__ __device__, so a host program can hold them against the CPU
+ * decoders of model/quant*.c).
+ *
+ * Layout ("block tiles").  A k-tile is 256 columns; a row's share of it, its
+ * "row chunk", is the row's ggml bytes for those 256 columns as they are in
+ * the file (one super-block, or eight 32-element blocks): RB bytes.  A tile
+ * is the 16 row chunks of 16 consecutive rows back to back (row r at
+ * (r % 16) * RB), 16 * RB bytes, a multiple of 32 since RB is even; tiles
+ * are stored as the other types' (tile (R, T) at (R * ntk + T) * 16 * RB).
+ * Packing only moves whole blocks; rows past the end and columns past the
+ * last block are zero bytes, which every one of these types decodes to 0
+ * (each value is a product with the block's fp16 d, or d and dmin).
+ *
+ * Decoding.  dec8<TYPE>(chunk, e0, v) writes elements e0..e0+7 (e0 a
+ * multiple of 8) of a row chunk as f32, with exactly the CPU decoder's
+ * float expression (same operands, same order, no fused multiply-add), so
+ * cuda_embed is bit-exact and the host test can compare bit for bit.  The
+ * matrix kernels round these values to fp16 and run the F16 path's mma
+ * (fp16 x fp16, f32 accumulation): one decoder per type serves decode,
+ * prefill, grouped MoE and the embedding.  Fields are read with 1- and
+ * 2-byte loads where a block's alignment is only 2 (Q3_K, Q6_K, the IQ2s,
+ * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2). */
+#ifndef STRATA_WBLOCKS_CUH
+#define STRATA_WBLOCKS_CUH
+
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#ifndef __CUDACC__
+#error "wblocks.cuh is compiled by nvcc"
+#endif
+
+#define _Static_assert static_assert /* model/quant.h is C11 */
+extern "C" {
+#include "model/quant.h"
+}
+#undef _Static_assert
+
+/* the loops are unrolled on the card; the host compiler knows no such pragma */
+#ifdef __CUDA_ARCH__
+#define WB_UNROLL _Pragma("unroll")
+#else
+#define WB_UNROLL
+#endif
+
+namespace wb {
+
+/* Bytes of a row chunk (256 columns), 0 for types not read this way. */
+__host__ __device__ constexpr int rb(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_1: return 8 * 20;
+    case GGML_TYPE_Q5_0: return 8 * 22;
+    case GGML_TYPE_Q5_1: return 8 * 24;
+    case GGML_TYPE_IQ4_NL: return 8 * 18;
+    case GGML_TYPE_Q2_K: return 84;
+    case GGML_TYPE_Q3_K: return 110;
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q5_K: return 176;
+    case GGML_TYPE_Q6_K: return 210;
+    case GGML_TYPE_IQ2_XXS: return 66;
+    case GGML_TYPE_IQ2_XS: return 74;
+    case GGML_TYPE_IQ2_S: return 82;
+    case GGML_TYPE_IQ3_S: return 110;
+    case GGML_TYPE_IQ4_XS: return 136;
+    default: return 0;
+    }
+}
+/* Elements per ggml block of these types. */
+__host__ __device__ constexpr int blk_elems(int type)
+{
+    return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_IQ4_NL
+               ? 32
+               : 256;
+}
+
+/* ---- tables: the model's on the host, copies in global memory on the card
+ * (lanes look up different entries: global memory through L1, not the
+ * constant bank, which would serialise them) */
+#ifdef __CUDA_ARCH__
+#define WB_TAB(name) d_##name
+#else
+#define WB_TAB(name) name
+#endif
+static __device__ const uint64_t d_iq2xxs_grid[256] = {
+#include "model/iq2xxs_grid.inc"
+};
+static __device__ const uint64_t d_iq2xs_grid[512] = {
+#include "model/iq2xs_grid.inc"
+};
+static __device__ const uint64_t d_iq2s_grid[1024] = {
+#include "model/iq2s_grid.inc"
+};
+static __device__ const uint32_t d_iq3s_grid[512] = {
+#include "model/iq3s_grid.inc"
+};
+static __device__ const int8_t d_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                     1,    13,   25,  38,  53,  69,  89,  113};
+
+/* ---- exact float arithmetic (no contraction into FMA on the card) ------ */
+__host__ __device__ __forceinline__ float fmul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float fadd(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float fsub(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float h2f(const uint8_t *p)
+{
+    const uint16_t bits = (uint16_t)(p[0] | p[1] << 8);
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(bits));
+#else
+    return fp16_to_f32(bits);
+#endif
+}
+/* 2-byte aligned little-endian loads */
+__host__ __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return *(const uint16_t *)p; }
+__host__ __device__ __forceinline__ uint32_t u32(const uint8_t *p) { return u16(p) | u16(p + 2) << 16; }
+__host__ __device__ __forceinline__ uint64_t u64(const uint8_t *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
+__host__ __device__ __forceinline__ float sgn(uint32_t bits, int k) { return (bits >> k) & 1 ? -1.f : 1.f; }
+/* IQ2_XXS / IQ2_XS sign fields: 7 bits, the 8th makes the count even */
+__host__ __device__ __forceinline__ uint32_t sign7(uint32_t s)
+{
+#ifdef __CUDA_ARCH__
+    return s | (uint32_t)(__popc(s) & 1) << 7;
+#else
+    return s | (uint32_t)(__builtin_popcount(s) & 1) << 7;
+#endif
+}
+
+/* ---- decoders: elements e0..e0+7 of a row chunk c ----------------------- */
+template <int TYPE> __host__ __device__ __forceinline__ void dec8(const uint8_t *c, int e0, float (&v)[8]);
+
+/* Q4_1: x = code * d + m (byte j: element j low, j + 16 high) */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q4_1>(const uint8_t *c, int e0, float (&v)[8])
+{
+    const uint8_t *b = c + (e0 >> 5) * 20;
+    const int e = e0 & 31, hi = e >> 4;
+    const float d = h2f(b), m = h2f(b + 2);
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int q = hi ? b[4 + (e & 15) + i] >> 4 : b[4 + (e & 15) + i] & 15;
+        v[i] = fadd(fmul((float)q, d), m);
+    }
+}
+/* Q5_0: x = (code | fifth bit << 4) - 16, times d; qh bit j for element j */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_0>(const uint8_t *c, int e0, float (&v)[8])
+{
+    const uint8_t *b = c + (e0 >> 5) * 22;
+    const int e = e0 & 31, hi = e >> 4;
+    const float d = h2f(b);
+    const uint32_t qh = u32(b + 2);
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int j = (e & 15) + i;
+        const int q = ((hi ? b[6 + j] >> 4 : b[6 + j] & 15) | ((qh >> (e + i)) & 1) << 4) - 16;
+        v[i] = fmul((float)q, d);
+    }
+}
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_1>(const uint8_t *c, int e0, float (&v)[8])
+{
+    const uint8_t *b = c + (e0 >> 5) * 24;
+    const int e = e0 & 31, hi = e >> 4;
+    const float d = h2f(b), m = h2f(b + 2);
+    const uint32_t qh = u32(b + 4);
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int j = (e & 15) + i;
+        const int q = (hi ? b[8 + j] >> 4 : b[8 + j] & 15) | ((qh >> (e + i)) & 1) << 4;
+        v[i] = fadd(fmul((float)q, d), m);
+    }
+}
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ4_NL>(const uint8_t *c, int e0, float (&v)[8])
+{
+    const uint8_t *b = c + (e0 >> 5) * 18;
+    const int e = e0 & 31, hi = e >> 4;
+    const float d = h2f(b);
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int q = hi ? b[2 + (e & 15) + i] >> 4 : b[2 + (e & 15) + i] & 15;
+        v[i] = fmul(d, (float)WB_TAB(iq4nl_values)[q]);
+    }
+}
+
+/* Q4_K / Q5_K's 6-bit scale and min of sub-block s (model/quant.h's
+ * q4_k_scale_min on a 2-aligned pointer) */
+__host__ __device__ __forceinline__ void k_scale_min(int s, const uint8_t *q, int *sc, int *mn)
+{
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *mn = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0x0f) | ((q[s - 4] >> 6) << 4);
+        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+/* Q2_K (scales[16] qs[64] d dmin): byte qs[32h + l] holds element 128h +
+ * 32j + l in bit pair j; x = (d * sc) * code - dmin * min per 16 */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q2_K>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
+    const float d = h2f(b + 80), dmin = h2f(b + 82);
+    const float dl = fmul(d, (float)(b[s] & 15)), ml = fmul(dmin, (float)(b[s] >> 4));
+    const uint8_t *q = b + 16 + 32 * h + l;
+WB_UNROLL
+    for (int i = 0; i < 8; i++)
+        v[i] = fsub(fmul(dl, (float)((q[i] >> (2 * j)) & 3)), ml);
+}
+/* Q3_K (hmask[32] qs[64] scales[12] d): low pair as Q2_K, a clear high bit
+ * (bit e / 32 of hmask[e % 32]) subtracts 4 */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q3_K>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
+    const uint8_t *sc = b + 96;
+    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+    const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+    const float dl = fmul(h2f(b + 108), (float)(lo + 16 * hi - 32));
+    const uint8_t *q = b + 32 + 32 * h + l;
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int c = ((q[i] >> (2 * j)) & 3) + 4 * ((b[l + i] >> (e0 >> 5)) & 1) - 4;
+        v[i] = fmul(dl, (float)c);
+    }
+}
+/* Q4_K (d dmin scales[12] qs[128]): 64-element chunk p, low nibbles
+ * sub-block 2p, high nibbles 2p + 1 */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q4_K>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
+    int sc, mn;
+    k_scale_min(2 * p + half, b + 4, &sc, &mn);
+    const float d1 = fmul(h2f(b), (float)sc), m1 = fmul(h2f(b + 2), (float)mn);
+    const uint8_t *q = b + 16 + 32 * p + l;
+WB_UNROLL
+    for (int i = 0; i < 8; i++)
+        v[i] = fsub(fmul(d1, (float)(half ? q[i] >> 4 : q[i] & 15)), m1);
+}
+/* Q5_K (d dmin scales[12] qh[32] qs[128]): Q4_K plus bit s of qh[l] */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_K>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
+    int sc, mn;
+    k_scale_min(s, b + 4, &sc, &mn);
+    const float d1 = fmul(h2f(b), (float)sc), m1 = fmul(h2f(b + 2), (float)mn);
+    const uint8_t *q = b + 48 + 32 * p + l, *qh = b + 16 + l;
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int c = (half ? q[i] >> 4 : q[i] & 15) | ((qh[i] >> s) & 1) << 4;
+        v[i] = fsub(fmul(d1, (float)c), m1);
+    }
+}
+/* Q6_K (ql[128] qh[64] scales[16] d): half h of 128, quarter k = (e % 128)
+ * / 32: low nibble of ql[64h + l + 32 (k & 1)] (high nibble for k >= 2),
+ * bit pair k of qh[32h + l]; x = (d * scale) * (q - 32) */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q6_K>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
+    const float dl = fmul(h2f(b + 208), (float)(int8_t)b[192 + 8 * h + (l >> 4) + 2 * k]);
+    const uint8_t *L = b + 64 * h + l + 32 * (k & 1), *H = b + 128 + 32 * h + l;
+WB_UNROLL
+    for (int i = 0; i < 8; i++) {
+        const int q = ((k >= 2 ? L[i] >> 4 : L[i] & 15) | ((H[i] >> (2 * k)) & 3) << 4) - 32;
+        v[i] = fmul(dl, (float)q);
+    }
+}
+/* The 2-bit IQ types: eight magnitudes of one grid entry with eight signs,
+ * db = (d * (0.5 + ls)) * 0.25, x = (db * mag) * sign. */
+__host__ __device__ __forceinline__ void iq2_group8(float db, uint64_t g, uint32_t sg, float (&v)[8])
+{
+WB_UNROLL
+    for (int i = 0; i < 8; i++)
+        v[i] = fmul(fmul(db, (float)((g >> (8 * i)) & 0xff)), sgn(sg, i));
+}
+/* IQ2_XXS (d, then per 32 elements 4 index bytes and a u32 of 4 x 7 signs |
+ * scale << 28) */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const uint8_t *rec = b + 2 + 8 * (e0 >> 5);
+    const int l = (e0 >> 3) & 3;
+    const uint32_t w = u32(rec + 4);
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)(w >> 28))), 0.25f);
+    iq2_group8(db, WB_TAB(iq2xxs_grid)[rec[l]], sign7((w >> (7 * l)) & 127), v);
+}
+/* IQ2_XS (d, 32 u16 of 9-bit index | 7 signs, 8 scale bytes, a nibble per 16) */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_XS>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int g = e0 >> 3;
+    const int ls = (b[66 + (g >> 2)] >> ((g & 3) < 2 ? 0 : 4)) & 15;
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)ls)), 0.25f);
+    const uint32_t q = u16(b + 2 + 2 * g);
+    iq2_group8(db, WB_TAB(iq2xs_grid)[q & 511], sign7(q >> 9), v);
+}
+/* IQ2_S (d, qs[32], signs[32], qh[8], scales[8]): 10-bit index, 8 explicit signs */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_S>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int g = e0 >> 3, ib = g >> 2, l = g & 3;
+    const int ls = (b[74 + ib] >> (l < 2 ? 0 : 4)) & 15;
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)ls)), 0.25f);
+    const int idx = b[2 + g] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
+    iq2_group8(db, WB_TAB(iq2s_grid)[idx], b[34 + g], v);
+}
+/* IQ3_S (d, qs[64], qh[8], signs[32], scales[4]): two groups of 4 per 8,
+ * 9-bit indices into a grid of odd magnitudes; x = ((d * (1 + 2 ls)) * mag) * sign */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ3_S>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int ib = e0 >> 5, G = e0 >> 2, k = G & 7;
+    const int ls = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
+    const float db = fmul(h2f(b), (float)(1 + 2 * ls));
+    const uint32_t qh = b[66 + ib], sg = b[74 + (e0 >> 3)];
+    const uint32_t g0 = WB_TAB(iq3s_grid)[b[2 + G] | ((qh >> k) & 1) << 8];
+    const uint32_t g1 = WB_TAB(iq3s_grid)[b[3 + G] | ((qh >> (k + 1)) & 1) << 8];
+WB_UNROLL
+    for (int i = 0; i < 8; i++)
+        v[i] = fmul(fmul(db, (float)(((i < 4 ? g0 : g1) >> (8 * (i & 3))) & 0xff)), sgn(sg, i));
+}
+/* IQ4_XS (d, scales_h u16, scales_l[4], qs[128]): x = (d * (ls - 32)) * T[nibble],
+ * byte j of a sub-block: element j low, j + 16 high */
+template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ4_XS>(const uint8_t *b, int e0, float (&v)[8])
+{
+    const int ib = e0 >> 5, e = e0 & 31, hi = e >> 4;
+    const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | ((u16(b + 2) >> (2 * ib)) & 3) << 4;
+    const float dl = fmul(h2f(b), (float)(ls - 32));
+    const uint8_t *q = b + 8 + 16 * ib + (e & 15);
+WB_UNROLL
+    for (int i = 0; i < 8; i++)
+        v[i] = fmul(dl, (float)WB_TAB(iq4nl_values)[hi ? q[i] >> 4 : q[i] & 15]);
+}
+
+/* Every type of this file by id, for the launch switches:
+ * X(GGML_TYPE_...) once per type. */
+#define WB_FOR_EACH(X)                                                                                   \
+    X(GGML_TYPE_Q4_1) X(GGML_TYPE_Q5_0) X(GGML_TYPE_Q5_1) X(GGML_TYPE_IQ4_NL) X(GGML_TYPE_Q2_K)          \
+    X(GGML_TYPE_Q3_K) X(GGML_TYPE_Q4_K) X(GGML_TYPE_Q5_K) X(GGML_TYPE_Q6_K) X(GGML_TYPE_IQ2_XXS)         \
+    X(GGML_TYPE_IQ2_XS) X(GGML_TYPE_IQ2_S) X(GGML_TYPE_IQ3_S) X(GGML_TYPE_IQ4_XS)
+
+/* Decode elements e0..e0+7 of chunk c of any type above (host tests). */
+__host__ __device__ inline int dec8_any(int type, const uint8_t *c, int e0, float (&v)[8])
+{
+    switch (type) {
+#define WB_CASE(T)                                                                                       \
+    case T: dec8<T>(c, e0, v); return 0;
+        WB_FOR_EACH(WB_CASE)
+#undef WB_CASE
+    default: return -1;
+    }
+}
+
+} /* namespace wb */
+
+#endif
