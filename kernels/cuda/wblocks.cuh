@@ -100,8 +100,6 @@ static __device__ const uint64_t d_iq2s_grid[1024] = {
 static __device__ const uint32_t d_iq3s_grid[512] = {
 #include "model/iq3s_grid.inc"
 };
-static __device__ const int8_t d_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                     1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---- exact float arithmetic (no contraction into FMA on the card) ------ */
 __host__ __device__ __forceinline__ float fmul(float a, float b)
@@ -141,6 +139,39 @@ __host__ __device__ __forceinline__ float h2f(const uint8_t *p)
 __host__ __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return *(const uint16_t *)p; }
 __host__ __device__ __forceinline__ uint32_t u32(const uint8_t *p) { return u16(p) | u16(p + 2) << 16; }
 __host__ __device__ __forceinline__ uint64_t u64(const uint8_t *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
+/* (float)x for |x| < 2^22 without I2F, which runs at 1/8 of the FMA rate
+ * on the card: the bits of 1.5 * 2^23 + x, minus 1.5 * 2^23 (both exact) */
+__host__ __device__ __forceinline__ float i2f(int x)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(__int_as_float(x + 0x4B400000), 12582912.f);
+#else
+    return (float)x;
+#endif
+}
+/* Eight bytes at p, which is AL-aligned (8, 4 or 2): one, two or four
+ * loads instead of eight; byte8(v, i) takes byte i back out. */
+template <int AL> __host__ __device__ __forceinline__ uint2 ld8b(const uint8_t *p)
+{
+    if (AL >= 8)
+        return *(const uint2 *)p;
+    if (AL >= 4)
+        return make_uint2(*(const uint32_t *)p, *(const uint32_t *)(p + 4));
+    return make_uint2(u32(p), u32(p + 4));
+}
+__host__ __device__ __forceinline__ uint32_t byte8(uint2 v, int i) { return ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xffu; }
+/* IQ4_NL's level of nibble q: on the card from registers (two byte
+ * permutes and a select), not a per-value table load */
+__host__ __device__ __forceinline__ int iq4nl(uint32_t q)
+{
+#ifdef __CUDA_ARCH__
+    /* -127 -104 -83 -65 | -49 -35 -22 -10 | 1 13 25 38 | 53 69 89 113 as bytes */
+    const uint32_t lo = __byte_perm(0xbfad9881u, 0xf6eaddcfu, q & 7), hi = __byte_perm(0x26190d01u, 0x71594535u, q & 7);
+    return (int)(int8_t)(q & 8 ? hi : lo);
+#else
+    return iq4nl_values[q];
+#endif
+}
 __host__ __device__ __forceinline__ float sgn(uint32_t bits, int k) { return (bits >> k) & 1 ? -1.f : 1.f; }
 /* IQ2_XXS / IQ2_XS sign fields: 7 bits, the 8th makes the count even */
 __host__ __device__ __forceinline__ uint32_t sign7(uint32_t s)
@@ -161,10 +192,11 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q4_1>(const 
     const uint8_t *b = c + (e0 >> 5) * 20;
     const int e = e0 & 31, hi = e >> 4;
     const float d = h2f(b), m = h2f(b + 2);
+    const uint2 w = ld8b<4>(b + 4 + (e & 15));
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int q = hi ? b[4 + (e & 15) + i] >> 4 : b[4 + (e & 15) + i] & 15;
-        v[i] = fadd(fmul((float)q, d), m);
+        const int q = hi ? byte8(w, i) >> 4 : byte8(w, i) & 15;
+        v[i] = fadd(fmul(i2f(q), d), m);
     }
 }
 /* Q5_0: x = (code | fifth bit << 4) - 16, times d; qh bit j for element j */
@@ -174,11 +206,11 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_0>(const 
     const int e = e0 & 31, hi = e >> 4;
     const float d = h2f(b);
     const uint32_t qh = u32(b + 2);
+    const uint2 w = ld8b<2>(b + 6 + (e & 15));
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int j = (e & 15) + i;
-        const int q = ((hi ? b[6 + j] >> 4 : b[6 + j] & 15) | ((qh >> (e + i)) & 1) << 4) - 16;
-        v[i] = fmul((float)q, d);
+        const int q = ((hi ? byte8(w, i) >> 4 : byte8(w, i) & 15) | ((qh >> (e + i)) & 1) << 4) - 16;
+        v[i] = fmul(i2f(q), d);
     }
 }
 template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_1>(const uint8_t *c, int e0, float (&v)[8])
@@ -186,12 +218,12 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_1>(const 
     const uint8_t *b = c + (e0 >> 5) * 24;
     const int e = e0 & 31, hi = e >> 4;
     const float d = h2f(b), m = h2f(b + 2);
-    const uint32_t qh = u32(b + 4);
+    const uint32_t qh = *(const uint32_t *)(b + 4);
+    const uint2 w = ld8b<8>(b + 8 + (e & 15));
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int j = (e & 15) + i;
-        const int q = (hi ? b[8 + j] >> 4 : b[8 + j] & 15) | ((qh >> (e + i)) & 1) << 4;
-        v[i] = fadd(fmul((float)q, d), m);
+        const int q = (hi ? byte8(w, i) >> 4 : byte8(w, i) & 15) | ((qh >> (e + i)) & 1) << 4;
+        v[i] = fadd(fmul(i2f(q), d), m);
     }
 }
 template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ4_NL>(const uint8_t *c, int e0, float (&v)[8])
@@ -199,11 +231,10 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ4_NL>(cons
     const uint8_t *b = c + (e0 >> 5) * 18;
     const int e = e0 & 31, hi = e >> 4;
     const float d = h2f(b);
+    const uint2 w = ld8b<2>(b + 2 + (e & 15));
 WB_UNROLL
-    for (int i = 0; i < 8; i++) {
-        const int q = hi ? b[2 + (e & 15) + i] >> 4 : b[2 + (e & 15) + i] & 15;
-        v[i] = fmul(d, (float)WB_TAB(iq4nl_values)[q]);
-    }
+    for (int i = 0; i < 8; i++)
+        v[i] = fmul(d, i2f(iq4nl(hi ? byte8(w, i) >> 4 : byte8(w, i) & 15)));
 }
 
 /* Q4_K / Q5_K's 6-bit scale and min of sub-block s (model/quant.h's
@@ -225,11 +256,11 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q2_K>(const 
 {
     const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
     const float d = h2f(b + 80), dmin = h2f(b + 82);
-    const float dl = fmul(d, (float)(b[s] & 15)), ml = fmul(dmin, (float)(b[s] >> 4));
-    const uint8_t *q = b + 16 + 32 * h + l;
+    const float dl = fmul(d, i2f(b[s] & 15)), ml = fmul(dmin, i2f(b[s] >> 4));
+    const uint2 w = ld8b<4>(b + 16 + 32 * h + l);
 WB_UNROLL
     for (int i = 0; i < 8; i++)
-        v[i] = fsub(fmul(dl, (float)((q[i] >> (2 * j)) & 3)), ml);
+        v[i] = fsub(fmul(dl, i2f((byte8(w, i) >> (2 * j)) & 3)), ml);
 }
 /* Q3_K (hmask[32] qs[64] scales[12] d): low pair as Q2_K, a clear high bit
  * (bit e / 32 of hmask[e % 32]) subtracts 4 */
@@ -239,12 +270,12 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q3_K>(const 
     const uint8_t *sc = b + 96;
     const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
     const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
-    const float dl = fmul(h2f(b + 108), (float)(lo + 16 * hi - 32));
-    const uint8_t *q = b + 32 + 32 * h + l;
+    const float dl = fmul(h2f(b + 108), i2f(lo + 16 * hi - 32));
+    const uint2 w = ld8b<2>(b + 32 + 32 * h + l), hm = ld8b<2>(b + l);
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int c = ((q[i] >> (2 * j)) & 3) + 4 * ((b[l + i] >> (e0 >> 5)) & 1) - 4;
-        v[i] = fmul(dl, (float)c);
+        const int c = (int)((byte8(w, i) >> (2 * j)) & 3) + 4 * (int)((byte8(hm, i) >> (e0 >> 5)) & 1) - 4;
+        v[i] = fmul(dl, i2f(c));
     }
 }
 /* Q4_K (d dmin scales[12] qs[128]): 64-element chunk p, low nibbles
@@ -254,11 +285,11 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q4_K>(const 
     const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
     int sc, mn;
     k_scale_min(2 * p + half, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), (float)sc), m1 = fmul(h2f(b + 2), (float)mn);
-    const uint8_t *q = b + 16 + 32 * p + l;
+    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
+    const uint2 w = ld8b<8>(b + 16 + 32 * p + l);
 WB_UNROLL
     for (int i = 0; i < 8; i++)
-        v[i] = fsub(fmul(d1, (float)(half ? q[i] >> 4 : q[i] & 15)), m1);
+        v[i] = fsub(fmul(d1, i2f(half ? byte8(w, i) >> 4 : byte8(w, i) & 15)), m1);
 }
 /* Q5_K (d dmin scales[12] qh[32] qs[128]): Q4_K plus bit s of qh[l] */
 template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_K>(const uint8_t *b, int e0, float (&v)[8])
@@ -266,12 +297,12 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q5_K>(const 
     const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
     int sc, mn;
     k_scale_min(s, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), (float)sc), m1 = fmul(h2f(b + 2), (float)mn);
-    const uint8_t *q = b + 48 + 32 * p + l, *qh = b + 16 + l;
+    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
+    const uint2 w = ld8b<8>(b + 48 + 32 * p + l), qh = ld8b<8>(b + 16 + l);
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int c = (half ? q[i] >> 4 : q[i] & 15) | ((qh[i] >> s) & 1) << 4;
-        v[i] = fsub(fmul(d1, (float)c), m1);
+        const int c = (int)(half ? byte8(w, i) >> 4 : byte8(w, i) & 15) | (int)((byte8(qh, i) >> s) & 1) << 4;
+        v[i] = fsub(fmul(d1, i2f(c)), m1);
     }
 }
 /* Q6_K (ql[128] qh[64] scales[16] d): half h of 128, quarter k = (e % 128)
@@ -280,12 +311,12 @@ WB_UNROLL
 template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_Q6_K>(const uint8_t *b, int e0, float (&v)[8])
 {
     const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
-    const float dl = fmul(h2f(b + 208), (float)(int8_t)b[192 + 8 * h + (l >> 4) + 2 * k]);
-    const uint8_t *L = b + 64 * h + l + 32 * (k & 1), *H = b + 128 + 32 * h + l;
+    const float dl = fmul(h2f(b + 208), i2f((int8_t)b[192 + 8 * h + (l >> 4) + 2 * k]));
+    const uint2 L = ld8b<2>(b + 64 * h + l + 32 * (k & 1)), H = ld8b<2>(b + 128 + 32 * h + l);
 WB_UNROLL
     for (int i = 0; i < 8; i++) {
-        const int q = ((k >= 2 ? L[i] >> 4 : L[i] & 15) | ((H[i] >> (2 * k)) & 3) << 4) - 32;
-        v[i] = fmul(dl, (float)q);
+        const int q = (int)((k >= 2 ? byte8(L, i) >> 4 : byte8(L, i) & 15) | ((byte8(H, i) >> (2 * k)) & 3) << 4) - 32;
+        v[i] = fmul(dl, i2f(q));
     }
 }
 /* The 2-bit IQ types: eight magnitudes of one grid entry with eight signs,
@@ -294,7 +325,7 @@ __host__ __device__ __forceinline__ void iq2_group8(float db, uint64_t g, uint32
 {
 WB_UNROLL
     for (int i = 0; i < 8; i++)
-        v[i] = fmul(fmul(db, (float)((g >> (8 * i)) & 0xff)), sgn(sg, i));
+        v[i] = fmul(fmul(db, i2f((int)((g >> (8 * i)) & 0xff))), sgn(sg, i));
 }
 /* IQ2_XXS (d, then per 32 elements 4 index bytes and a u32 of 4 x 7 signs |
  * scale << 28) */
@@ -303,7 +334,7 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_XXS>(con
     const uint8_t *rec = b + 2 + 8 * (e0 >> 5);
     const int l = (e0 >> 3) & 3;
     const uint32_t w = u32(rec + 4);
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)(w >> 28))), 0.25f);
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f((int)(w >> 28)))), 0.25f);
     iq2_group8(db, WB_TAB(iq2xxs_grid)[rec[l]], sign7((w >> (7 * l)) & 127), v);
 }
 /* IQ2_XS (d, 32 u16 of 9-bit index | 7 signs, 8 scale bytes, a nibble per 16) */
@@ -311,7 +342,7 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_XS>(cons
 {
     const int g = e0 >> 3;
     const int ls = (b[66 + (g >> 2)] >> ((g & 3) < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)ls)), 0.25f);
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
     const uint32_t q = u16(b + 2 + 2 * g);
     iq2_group8(db, WB_TAB(iq2xs_grid)[q & 511], sign7(q >> 9), v);
 }
@@ -320,7 +351,7 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ2_S>(const
 {
     const int g = e0 >> 3, ib = g >> 2, l = g & 3;
     const int ls = (b[74 + ib] >> (l < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, (float)ls)), 0.25f);
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
     const int idx = b[2 + g] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
     iq2_group8(db, WB_TAB(iq2s_grid)[idx], b[34 + g], v);
 }
@@ -330,13 +361,13 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ3_S>(const
 {
     const int ib = e0 >> 5, G = e0 >> 2, k = G & 7;
     const int ls = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
-    const float db = fmul(h2f(b), (float)(1 + 2 * ls));
+    const float db = fmul(h2f(b), i2f(1 + 2 * ls));
     const uint32_t qh = b[66 + ib], sg = b[74 + (e0 >> 3)];
     const uint32_t g0 = WB_TAB(iq3s_grid)[b[2 + G] | ((qh >> k) & 1) << 8];
     const uint32_t g1 = WB_TAB(iq3s_grid)[b[3 + G] | ((qh >> (k + 1)) & 1) << 8];
 WB_UNROLL
     for (int i = 0; i < 8; i++)
-        v[i] = fmul(fmul(db, (float)(((i < 4 ? g0 : g1) >> (8 * (i & 3))) & 0xff)), sgn(sg, i));
+        v[i] = fmul(fmul(db, i2f((int)(((i < 4 ? g0 : g1) >> (8 * (i & 3))) & 0xff))), sgn(sg, i));
 }
 /* IQ4_XS (d, scales_h u16, scales_l[4], qs[128]): x = (d * (ls - 32)) * T[nibble],
  * byte j of a sub-block: element j low, j + 16 high */
@@ -344,11 +375,139 @@ template <> __host__ __device__ __forceinline__ void dec8<GGML_TYPE_IQ4_XS>(cons
 {
     const int ib = e0 >> 5, e = e0 & 31, hi = e >> 4;
     const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | ((u16(b + 2) >> (2 * ib)) & 3) << 4;
-    const float dl = fmul(h2f(b), (float)(ls - 32));
-    const uint8_t *q = b + 8 + 16 * ib + (e & 15);
+    const float dl = fmul(h2f(b), i2f(ls - 32));
+    const uint2 w = ld8b<8>(b + 8 + 16 * ib + (e & 15));
 WB_UNROLL
     for (int i = 0; i < 8; i++)
-        v[i] = fmul(dl, (float)WB_TAB(iq4nl_values)[hi ? q[i] >> 4 : q[i] & 15]);
+        v[i] = fmul(dl, i2f(iq4nl(hi ? byte8(w, i) >> 4 : byte8(w, i) & 15)));
+}
+
+/* ---- fp16 decoders for the matrix kernels ---------------------------------
+ * dec8 spends ~5 instructions a value (extract, int -> float, multiply, add)
+ * plus the fp16 packing; the matrix kernels are bound by instruction issue,
+ * so the types whose values are an affine map of small unsigned codes,
+ * x = s * q + o per 8 values, decode in half2 instead: the 8 codes as bytes
+ * (a few shifts and masks per 4), each pair moved under fp16's 1024 exponent
+ * by one byte permute (0x64 | q: the half 1024 + q, exact), 1024 taken off
+ * (exact), and one fused s * q + o for two values: ~2 instructions a value.
+ * s and o are the float scale and offset rounded to fp16 (offsets of signed
+ * codes, -32 s for Q6_K, exact multiples of s), so a value may differ from
+ * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
+ * same decoder for every kernel and n (invariance).  Types without
+ * H2<TYPE>::on (the IQ grids and IQ4 tables) keep dec8 + packing. */
+template <int TYPE> struct H2 { static constexpr bool on = false; };
+#define WB_H2(T)                                                                                         \
+    template <> struct H2<T> { static constexpr bool on = true; };
+WB_H2(GGML_TYPE_Q4_1) WB_H2(GGML_TYPE_Q5_0) WB_H2(GGML_TYPE_Q5_1) WB_H2(GGML_TYPE_Q2_K) WB_H2(GGML_TYPE_Q3_K)
+WB_H2(GGML_TYPE_Q4_K) WB_H2(GGML_TYPE_Q5_K) WB_H2(GGML_TYPE_Q6_K)
+#undef WB_H2
+
+__device__ __forceinline__ uint32_t h2bits(__half2 h) { return *(const uint32_t *)&h; }
+/* codes q0..q7 (bytes of u, each < 1024) -> fp16 pairs s * q + o */
+__device__ __forceinline__ uint4 codes_h2(uint2 u, __half2 sc, __half2 of)
+{
+    const __half2 k1024 = __float2half2_rn(1024.f);
+    uint32_t r[4];
+    const uint32_t w[4] = {__byte_perm(u.x, 0x64646464u, 0x4140), __byte_perm(u.x, 0x64646464u, 0x4342),
+                           __byte_perm(u.y, 0x64646464u, 0x4140), __byte_perm(u.y, 0x64646464u, 0x4342)};
+WB_UNROLL
+    for (int k = 0; k < 4; k++) {
+        const __half2 q = __hsub2(*(const __half2 *)&w[k], k1024);
+        r[k] = h2bits(__hfma2(q, sc, of));
+    }
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+/* bits e..e+7 of a word, one per byte (bit 0 of byte i) */
+__device__ __forceinline__ uint2 bits_to_bytes(uint32_t b8)
+{
+    return make_uint2(((b8 & 15u) * 0x00204081u) & 0x01010101u, (((b8 >> 4) & 15u) * 0x00204081u) & 0x01010101u);
+}
+__device__ __forceinline__ uint2 nib(uint2 w, int hi)
+{
+    return hi ? make_uint2((w.x >> 4) & 0x0f0f0f0fu, (w.y >> 4) & 0x0f0f0f0fu)
+              : make_uint2(w.x & 0x0f0f0f0fu, w.y & 0x0f0f0f0fu);
+}
+__device__ __forceinline__ __half2 h2of(float v) { return __float2half2_rn(v); }
+
+template <int TYPE> __device__ __forceinline__ uint4 dec8h(const uint8_t *c, int e0);
+
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_1>(const uint8_t *c, int e0)
+{
+    const uint8_t *b = c + (e0 >> 5) * 20;
+    const int e = e0 & 31;
+    return codes_h2(nib(ld8b<4>(b + 4 + (e & 15)), e >> 4), h2of(h2f(b)), h2of(h2f(b + 2)));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_0>(const uint8_t *c, int e0)
+{
+    const uint8_t *b = c + (e0 >> 5) * 22;
+    const int e = e0 & 31;
+    uint2 u = nib(ld8b<2>(b + 6 + (e & 15)), e >> 4);
+    const uint2 hb = bits_to_bytes(u32(b + 2) >> e);
+    u.x |= hb.x << 4;
+    u.y |= hb.y << 4;
+    const __half2 sc = h2of(h2f(b));
+    return codes_h2(u, sc, __hmul2(sc, h2of(-16.f)));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(const uint8_t *c, int e0)
+{
+    const uint8_t *b = c + (e0 >> 5) * 24;
+    const int e = e0 & 31;
+    uint2 u = nib(ld8b<8>(b + 8 + (e & 15)), e >> 4);
+    const uint2 hb = bits_to_bytes(*(const uint32_t *)(b + 4) >> e);
+    u.x |= hb.x << 4;
+    u.y |= hb.y << 4;
+    return codes_h2(u, h2of(h2f(b)), h2of(h2f(b + 2)));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
+{
+    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
+    const float dl = fmul(h2f(b + 80), i2f(b[s] & 15)), ml = fmul(h2f(b + 82), i2f(b[s] >> 4));
+    const uint2 w = ld8b<4>(b + 16 + 32 * h + l);
+    const uint2 u = make_uint2((w.x >> (2 * j)) & 0x03030303u, (w.y >> (2 * j)) & 0x03030303u);
+    return codes_h2(u, h2of(dl), h2of(-ml));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
+{
+    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4, hs = e0 >> 5;
+    const uint8_t *sc = b + 96;
+    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+    const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+    const __half2 dl = h2of(fmul(h2f(b + 108), i2f(lo + 16 * hi - 32)));
+    const uint2 w = ld8b<2>(b + 32 + 32 * h + l), hm = ld8b<2>(b + l);
+    /* code = low pair + 4 * high bit, value dl * (code - 4) */
+    const uint2 u = make_uint2(((w.x >> (2 * j)) & 0x03030303u) | (((hm.x >> hs) & 0x01010101u) << 2),
+                               ((w.y >> (2 * j)) & 0x03030303u) | (((hm.y >> hs) & 0x01010101u) << 2));
+    return codes_h2(u, dl, __hmul2(dl, h2of(-4.f)));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
+{
+    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
+    int sc, mn;
+    k_scale_min(2 * p + half, b + 4, &sc, &mn);
+    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
+    return codes_h2(nib(ld8b<8>(b + 16 + 32 * p + l), half), h2of(d1), h2of(-m1));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
+{
+    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
+    int sc, mn;
+    k_scale_min(s, b + 4, &sc, &mn);
+    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
+    uint2 u = nib(ld8b<8>(b + 48 + 32 * p + l), half);
+    const uint2 qh = ld8b<8>(b + 16 + l);
+    u.x |= ((qh.x >> s) & 0x01010101u) << 4;
+    u.y |= ((qh.y >> s) & 0x01010101u) << 4;
+    return codes_h2(u, h2of(d1), h2of(-m1));
+}
+template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
+{
+    const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
+    const __half2 dl = h2of(fmul(h2f(b + 208), i2f((int8_t)b[192 + 8 * h + (l >> 4) + 2 * k])));
+    uint2 u = nib(ld8b<2>(b + 64 * h + l + 32 * (k & 1)), k >= 2);
+    const uint2 H = ld8b<2>(b + 128 + 32 * h + l);
+    u.x |= ((H.x >> (2 * k)) & 0x03030303u) << 4;
+    u.y |= ((H.y >> (2 * k)) & 0x03030303u) << 4;
+    return codes_h2(u, dl, __hmul2(dl, h2of(-32.f)));
 }
 
 /* Every type of this file by id, for the launch switches:

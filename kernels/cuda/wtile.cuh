@@ -584,11 +584,17 @@ __device__ __forceinline__ void tile_mma_blk(const Raw<TYPE> &r, const Act &a, i
     const uint8_t *c0 = r.p + g * RB, *c1 = r.p + (g + 8) * RB;
 #pragma unroll 2
     for (int ch = 0; ch < 8; ++ch) {
-        float v[8];
-        wb::dec8<TYPE>(c0, 32 * ch + 8 * t, v);
-        const uint4 h0 = f8h(v);
-        wb::dec8<TYPE>(c1, 32 * ch + 8 * t, v);
-        const uint4 h1 = f8h(v);
+        uint4 h0, h1;
+        if constexpr (wb::H2<TYPE>::on) { /* half2 decode (wblocks.cuh) */
+            h0 = wb::dec8h<TYPE>(c0, 32 * ch + 8 * t);
+            h1 = wb::dec8h<TYPE>(c1, 32 * ch + 8 * t);
+        } else {
+            float v[8];
+            wb::dec8<TYPE>(c0, 32 * ch + 8 * t, v);
+            h0 = f8h(v);
+            wb::dec8<TYPE>(c1, 32 * ch + 8 * t, v);
+            h1 = f8h(v);
+        }
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
             const uint4 b = ldh16<G>(a.h + (8 * j + g) * a.cs + k0 + 32 * ch + 8 * t);
