@@ -402,42 +402,83 @@ WB_H2(GGML_TYPE_Q4_1) WB_H2(GGML_TYPE_Q5_0) WB_H2(GGML_TYPE_Q5_1) WB_H2(GGML_TYP
 WB_H2(GGML_TYPE_Q4_K) WB_H2(GGML_TYPE_Q5_K) WB_H2(GGML_TYPE_Q6_K)
 #undef WB_H2
 
-__device__ __forceinline__ uint32_t h2bits(__half2 h) { return *(const uint32_t *)&h; }
+/* The card's byte permute and fp16 fused multiply-add, emulated on the host
+ * (make blocks-check runs these decoders there): PRMT without its
+ * sign-replicate mode, which no selector here uses; an fma of fp16 values
+ * is exact in double, then rounded once to fp16, as the card's HFMA2. */
+__host__ __device__ __forceinline__ uint32_t bperm(uint32_t x, uint32_t y, uint32_t sel)
+{
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, sel);
+#else
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++)
+        r |= (uint32_t)((v >> (8 * ((sel >> (4 * n)) & 7))) & 0xff) << (8 * n);
+    return r;
+#endif
+}
+__host__ __device__ __forceinline__ __half2 hfma2(__half2 a, __half2 b, __half2 c)
+{
+#ifdef __CUDA_ARCH__
+    return __hfma2(a, b, c);
+#else
+    return __halves2half2(__double2half((double)__low2float(a) * __low2float(b) + __low2float(c)),
+                          __double2half((double)__high2float(a) * __high2float(b) + __high2float(c)));
+#endif
+}
+/* a half2 as its 32 bits and back (a register move on the card) */
+__host__ __device__ __forceinline__ uint32_t h2bits(__half2 h)
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)&h;
+#else
+    return (uint32_t)__half_as_ushort(__low2half(h)) | (uint32_t)__half_as_ushort(__high2half(h)) << 16;
+#endif
+}
+__host__ __device__ __forceinline__ __half2 bits2h2(uint32_t w)
+{
+#ifdef __CUDA_ARCH__
+    return *(const __half2 *)&w;
+#else
+    return __halves2half2(__ushort_as_half((unsigned short)(w & 0xffffu)), __ushort_as_half((unsigned short)(w >> 16)));
+#endif
+}
 /* codes q0..q7 (bytes of u, each < 1024) -> fp16 pairs s * q + o */
-__device__ __forceinline__ uint4 codes_h2(uint2 u, __half2 sc, __half2 of)
+__host__ __device__ __forceinline__ uint4 codes_h2(uint2 u, __half2 sc, __half2 of)
 {
     const __half2 k1024 = __float2half2_rn(1024.f);
     uint32_t r[4];
-    const uint32_t w[4] = {__byte_perm(u.x, 0x64646464u, 0x4140), __byte_perm(u.x, 0x64646464u, 0x4342),
-                           __byte_perm(u.y, 0x64646464u, 0x4140), __byte_perm(u.y, 0x64646464u, 0x4342)};
+    const uint32_t w[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
+                           bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
 WB_UNROLL
     for (int k = 0; k < 4; k++) {
-        const __half2 q = __hsub2(*(const __half2 *)&w[k], k1024);
-        r[k] = h2bits(__hfma2(q, sc, of));
+        const __half2 q = __hsub2(bits2h2(w[k]), k1024);
+        r[k] = h2bits(hfma2(q, sc, of));
     }
     return make_uint4(r[0], r[1], r[2], r[3]);
 }
 /* bits e..e+7 of a word, one per byte (bit 0 of byte i) */
-__device__ __forceinline__ uint2 bits_to_bytes(uint32_t b8)
+__host__ __device__ __forceinline__ uint2 bits_to_bytes(uint32_t b8)
 {
     return make_uint2(((b8 & 15u) * 0x00204081u) & 0x01010101u, (((b8 >> 4) & 15u) * 0x00204081u) & 0x01010101u);
 }
-__device__ __forceinline__ uint2 nib(uint2 w, int hi)
+__host__ __device__ __forceinline__ uint2 nib(uint2 w, int hi)
 {
     return hi ? make_uint2((w.x >> 4) & 0x0f0f0f0fu, (w.y >> 4) & 0x0f0f0f0fu)
               : make_uint2(w.x & 0x0f0f0f0fu, w.y & 0x0f0f0f0fu);
 }
-__device__ __forceinline__ __half2 h2of(float v) { return __float2half2_rn(v); }
+__host__ __device__ __forceinline__ __half2 h2of(float v) { return __float2half2_rn(v); }
 
-template <int TYPE> __device__ __forceinline__ uint4 dec8h(const uint8_t *c, int e0);
+template <int TYPE> __host__ __device__ __forceinline__ uint4 dec8h(const uint8_t *c, int e0);
 
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_1>(const uint8_t *c, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_1>(const uint8_t *c, int e0)
 {
     const uint8_t *b = c + (e0 >> 5) * 20;
     const int e = e0 & 31;
     return codes_h2(nib(ld8b<4>(b + 4 + (e & 15)), e >> 4), h2of(h2f(b)), h2of(h2f(b + 2)));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_0>(const uint8_t *c, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_0>(const uint8_t *c, int e0)
 {
     const uint8_t *b = c + (e0 >> 5) * 22;
     const int e = e0 & 31;
@@ -448,7 +489,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_0>(const uint8_t
     const __half2 sc = h2of(h2f(b));
     return codes_h2(u, sc, __hmul2(sc, h2of(-16.f)));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(const uint8_t *c, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(const uint8_t *c, int e0)
 {
     const uint8_t *b = c + (e0 >> 5) * 24;
     const int e = e0 & 31;
@@ -458,7 +499,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(const uint8_t
     u.y |= hb.y << 4;
     return codes_h2(u, h2of(h2f(b)), h2of(h2f(b + 2)));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
 {
     const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
     const float dl = fmul(h2f(b + 80), i2f(b[s] & 15)), ml = fmul(h2f(b + 82), i2f(b[s] >> 4));
@@ -466,7 +507,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t
     const uint2 u = make_uint2((w.x >> (2 * j)) & 0x03030303u, (w.y >> (2 * j)) & 0x03030303u);
     return codes_h2(u, h2of(dl), h2of(-ml));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
 {
     const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4, hs = e0 >> 5;
     const uint8_t *sc = b + 96;
@@ -479,7 +520,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t
                                ((w.y >> (2 * j)) & 0x03030303u) | (((hm.y >> hs) & 0x01010101u) << 2));
     return codes_h2(u, dl, __hmul2(dl, h2of(-4.f)));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
 {
     const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
     int sc, mn;
@@ -487,7 +528,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t
     const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
     return codes_h2(nib(ld8b<8>(b + 16 + 32 * p + l), half), h2of(d1), h2of(-m1));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
 {
     const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
     int sc, mn;
@@ -499,7 +540,7 @@ template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t
     u.y |= ((qh.y >> s) & 0x01010101u) << 4;
     return codes_h2(u, h2of(d1), h2of(-m1));
 }
-template <> __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
 {
     const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
     const __half2 dl = h2of(fmul(h2f(b + 208), i2f((int8_t)b[192 + 8 * h + (l >> 4) + 2 * k])));
@@ -523,6 +564,27 @@ __host__ __device__ inline int dec8_any(int type, const uint8_t *c, int e0, floa
     switch (type) {
 #define WB_CASE(T)                                                                                       \
     case T: dec8<T>(c, e0, v); return 0;
+        WB_FOR_EACH(WB_CASE)
+#undef WB_CASE
+    default: return -1;
+    }
+}
+
+/* The fp16 decoder of any type above that has one (host check); -1 if none. */
+template <int T> __host__ __device__ inline int dec8h_try(const uint8_t *c, int e0, uint4 &h)
+{
+    if constexpr (H2<T>::on) {
+        h = dec8h<T>(c, e0);
+        return 0;
+    } else {
+        return -1;
+    }
+}
+__host__ __device__ inline int dec8h_any(int type, const uint8_t *c, int e0, uint4 &h)
+{
+    switch (type) {
+#define WB_CASE(T)                                                                                       \
+    case T: return dec8h_try<T>(c, e0, h);
         WB_FOR_EACH(WB_CASE)
 #undef WB_CASE
     default: return -1;

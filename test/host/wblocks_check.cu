@@ -6,6 +6,7 @@
  * partial 16-row tile), widths with a partial last 256-column k-tile where
  * the block allows one; the padding rows must decode to 0.  The card runs
  * the same decoders (cuda_embed, suite cuda_types, checks them there). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,50 @@ static long check_type(int type)
             }
         }
     }
-    printf("%-8s %ld values, %ld differ\n", type_name(type), n, diff);
+    printf("%-8s %ld values, %ld differ", type_name(type), n, diff);
+    {
+        /* the fp16 decoder the matrix kernels use (dec8h, where the type has
+         * one) against the exact values: within fp16 roundings of the scale,
+         * offset and result (||h - f|| / ||f|| < 1e-3), and no value off by
+         * more than 1/64 of its row chunk's largest (a misread code is) */
+        const int ntk = (int)((cols + 255) / 256), RB = wb::rb(type);
+        double num = 0, den = 0;
+        long gross = 0, nh = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int T = 0; T < ntk; T++) {
+                const uint8_t *c = pk + (((size_t)(r / 16) * ntk + T) * 16 + r % 16) * RB;
+                float f[256], mx = 0.f;
+                for (int e = 0; e < 256; e += 8) {
+                    float v[8];
+                    wb::dec8_any(type, c, e, v);
+                    for (int i = 0; i < 8; i++) {
+                        f[e + i] = v[i];
+                        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
+                    }
+                }
+                for (int e = 0; e < 256; e += 8) {
+                    uint4 h;
+                    if (wb::dec8h_any(type, c, e, h))
+                        break;
+                    const uint32_t wd[4] = {h.x, h.y, h.z, h.w};
+                    for (int i = 0; i < 8; i++, nh++) {
+                        const __half2 p2 = wb::bits2h2(wd[i / 2]);
+                        const float hv = i % 2 ? __high2float(p2) : __low2float(p2), d = hv - f[e + i];
+                        num += (double)d * d;
+                        den += (double)f[e + i] * f[e + i];
+                        if (fabsf(d) > mx / 64 && gross++ < 3)
+                            printf("\n  %s fp16 decoder: row %lld element %d: %.6g, exact %.6g", type_name(type),
+                                   (long long)r, 256 * T + e + i, hv, f[e + i]);
+                    }
+                }
+            }
+        if (nh) {
+            const double rel = sqrt(num / (den > 0 ? den : 1));
+            printf("; fp16 decoder: %ld values, rel err %.2g, %ld off", nh, rel, gross);
+            diff += gross + (rel >= 1e-3);
+        }
+    }
+    printf("\n");
 out:
     free(w);
     free(pk);
