@@ -39,6 +39,10 @@ if ! make -j"$(nproc)" "${args[@]}" all "$BUILD/strata-tests" >"$OUT/build.log" 
     tail -n 40 "$OUT/build.log"; exit 1
 fi
 rc=0
+# the card's block-type decoders on the host against the CPU's (seconds)
+echo "== blocks-check"
+make "${args[@]}" blocks-check >"$OUT/blocks-check.log" 2>&1 || rc=1
+tail -n 1 "$OUT/blocks-check.log"
 if [ "${TESTS:-1}" = 1 ]; then
     echo "== test"
     make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | tail -n 60
