@@ -297,16 +297,17 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
-    int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q2_0,
-                   GGML_TYPE_IQ3_XXS};
+    /* the most any weight type the kernels run needs (the block types and
+     * BF16 need F16's: fp16 activations) */
     size_t mm = 0;
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        size_t b = cuda_matmul_scratch_bytes(types[t], (int64_t)((widest + 255) / 256 * 256), (int64_t)R);
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        if (!cuda_weight_supported(t))
+            continue;
+        size_t b = cuda_matmul_scratch_bytes(t, (int64_t)((widest + 255) / 256 * 256), (int64_t)R);
         mm = b > mm ? b : mm;
-        if (hp->n_expert && types[t] != GGML_TYPE_F32) { /* moe_grouped: R * k pairs */
+        if (hp->n_expert && t != GGML_TYPE_F32) { /* moe_grouped: R * k pairs */
             size_t ecols = hp->n_ff_exp > hp->n_embd ? hp->n_ff_exp : hp->n_embd;
-            b = cuda_matmul_grouped_scratch_bytes(types[t], (int64_t)((ecols + 255) / 256 * 256),
-                                                  (int64_t)(R * k));
+            b = cuda_matmul_grouped_scratch_bytes(t, (int64_t)((ecols + 255) / 256 * 256), (int64_t)(R * k));
             mm = b > mm ? b : mm;
         }
     }
