@@ -6,6 +6,7 @@
 #   make asan          the tests under AddressSanitizer + UBSan (CPU build, small sets)
 #   make tsan          a threaded suite under ThreadSanitizer (TSAN_SUITE=stagepool|convcache)
 #   make fuzz          the fuzz targets (GGUF reader, JSON, HTTP, chat templates), FUZZ_SECONDS each (default 60)
+#   make blocks-check  the card's block-type decoders on the host vs the CPU's (CUDA builds)
 #   make model         fetch the demo model into ~/.cache/strata and verify it
 #   make gemma3-model  fetch Gemma 3 270M (Q4_K_M, 253 MB) there too (suites gemma3, cuda_engine)
 #   make chat          build, fetch the demo model, start strata-cli chat
@@ -76,7 +77,7 @@ else
   CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm -pthread)
 endif
 
-.PHONY: all test layers asan tsan fuzz model gemma3-model chat bench clean help need-libcheck
+.PHONY: all test layers asan tsan fuzz model gemma3-model chat bench clean help need-libcheck blocks-check
 all: $(BUILD)/strata-cli $(BUILD)/libstrata.a
 
 # A change of flags (CUDA=0/1, SAN=1, ...) rebuilds everything.
@@ -138,6 +139,12 @@ layers:
 # run fits CI on two cores.
 asan:
 	STRATA_TEST_SMALL=1 $(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
+
+# The block-tile decoders (kernels/cuda/wblocks.cuh) on the host against the
+# CPU's, bit for bit (CUDA builds; no card needed).
+blocks-check: $(BUILD)/libstrata.a
+	$(NVCC) $(NVFLAGS) -o $(BUILD)/wblocks-check test/host/wblocks_check.cu $(BUILD)/libstrata.a -lpthread
+	$(BUILD)/wblocks-check
 
 # CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
 tsan:

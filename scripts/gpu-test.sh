@@ -39,6 +39,10 @@ if ! make -j"$(nproc)" "${args[@]}" all "$BUILD/strata-tests" >"$OUT/build.log" 
     tail -n 40 "$OUT/build.log"; exit 1
 fi
 rc=0
+# the card's block-type decoders on the host against the CPU's (seconds)
+echo "== blocks-check"
+make "${args[@]}" blocks-check >"$OUT/blocks-check.log" 2>&1 || rc=1
+tail -n 1 "$OUT/blocks-check.log"
 if [ "${TESTS:-1}" = 1 ]; then
     echo "== test"
     make "${args[@]}" test 2>&1 | tee "$OUT/test.log" | tail -n 60
@@ -59,8 +63,8 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     # small sets (STRATA_TEST_SMALL: every code path, fewer kernel shapes,
     # 32 greedy steps instead of 256): the tools slow each launch a
     # hundredfold, and a device call lasts at most 10 minutes
-    mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_gemma3 cuda_engine batch_groups park_cuda}
-    race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_ops cuda_attention cuda_gemma3}
+    mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_attention cuda_gemma3 cuda_engine batch_groups park_cuda}
+    race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_attention cuda_gemma3}
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         suites=$mem_suites
         [ "$tool" = racecheck ] && suites=$race_suites

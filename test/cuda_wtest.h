@@ -30,7 +30,7 @@ static double cw_tolerance(int type)
 /* Random (never zero) weights in ggml layout: random code bytes (every grid
  * index, sign pattern, sub-block scale and code, Q2_0's +2d included) with
  * finite random fp16 scales; F16/F32 Gaussian. */
-static uint8_t *cw_random_weights(int type, int64_t rows, int64_t cols, uint64_t seed)
+static inline uint8_t *cw_random_weights(int type, int64_t rows, int64_t cols, uint64_t seed)
 {
     const type_traits *t = type_traits_get(type);
     const size_t nb = type_row_bytes(type, cols) * (size_t)rows;

@@ -258,10 +258,10 @@ START_TEST(matvec_rejects_bad_arguments)
     ck_assert(cudaMalloc((void **)&d, 4096) == cudaSuccess);
     ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q8_0, d, 16, 32, d, 0, d, 0, &err), STRATA_E_ARG);
     ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q8_0, d, 16, 32, d, 9, d, 0, &err), STRATA_E_ARG);
-    ck_assert_int_eq(cuda_matvec(GGML_TYPE_Q4_1, d, 16, 32, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_matvec(GGML_TYPE_IQ1_S, d, 16, 256, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
     ck_assert_int_eq(cuda_matvec(GGML_TYPE_IQ3_XXS, d, 16, 128, d, 1, d, 0, &err), STRATA_E_UNSUPPORTED);
     ck_assert_int_eq(cuda_weight_bytes(GGML_TYPE_F16, 4, 12), 0);
-    ck_assert(cuda_weight_supported(GGML_TYPE_IQ3_XXS) && !cuda_weight_supported(GGML_TYPE_Q6_K));
+    ck_assert(cuda_weight_supported(GGML_TYPE_IQ3_XXS) && !cuda_weight_supported(GGML_TYPE_IQ1_S));
     /* engine/cuda/weight_types.c's plain-C list (inspect, the upload note)
      * is the kernels' own, type for type */
     for (int t = 0; t < GGML_TYPE_COUNT; t++)

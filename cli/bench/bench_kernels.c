@@ -31,7 +31,7 @@ void bench_kernels_usage(FILE *f)
                "The CUDA weight kernels (matvec; matmul for shapes with N columns) per type\n"
                "and shape, against the card's read bandwidth; then the attention bench\n"
                "(bench --attention, its options below).  Needs a CUDA build and a card.\n\n"
-               "  --types T1,T2,..        weight types (default iq3_xxs,q2_0,q4_0,q8_0)\n"
+               "  --types T1,T2,..        weight types, any the card runs (default iq3_xxs,q2_0,q4_0,q8_0)\n"
                "  --shapes RxC[xN],..     shapes instead of the standard set (at most 16)\n"
                "  --reps N                timed runs per figure, 15..200 (default 20)\n"
                "  --json                  print JSON lines instead of the table\n\n");
@@ -155,21 +155,24 @@ static uint8_t *bk_weights(int type, int64_t rows, int64_t cols, size_t *bytes)
         const uint64_t v = bk_rand(&s);
         memcpy(w + i, &v, 8);
     }
-    if (type == GGML_TYPE_F16 || type == GGML_TYPE_F32) {
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_F32) {
         for (size_t i = 0; i < nb; i += (size_t)t->bytes) {
             const float v = (float)((int64_t)(bk_rand(&s) % 2001) - 1000) * 1e-5f + 1e-6f;
-            if (type == GGML_TYPE_F16) {
-                const uint16_t h = f32_to_fp16(v);
+            if (type != GGML_TYPE_F32) {
+                const uint16_t h = type == GGML_TYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
                 memcpy(w + i, &h, 2);
             } else {
                 memcpy(w + i, &v, 4);
             }
         }
     } else {
-        for (size_t b = 0; b < nb / t->bytes; b++) {
-            const uint16_t h = f32_to_fp16(0.001f + (float)(bk_rand(&s) % 1000) * 1e-5f);
-            memcpy(w + b * t->bytes, &h, 2);
-        }
+        int offs[2];
+        const int ns = type_fp16_scales(type, offs); /* d (and dmin / m) wherever the block has them */
+        for (size_t b = 0; b < nb / t->bytes; b++)
+            for (int k = 0; k < ns; k++) {
+                const uint16_t h = f32_to_fp16(0.001f + (float)(bk_rand(&s) % 1000) * 1e-5f);
+                memcpy(w + b * t->bytes + offs[k], &h, 2);
+            }
     }
     *bytes = nb;
     return w;
@@ -287,7 +290,7 @@ static int bk_parse_shapes(const char *spec, bk_shape *out, int max)
 int bench_kernels(int argc, char **argv)
 {
     int json = 0, reps = 20;
-    int types[8] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
+    int types[32] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
     int ntypes = 4;
     bk_shape custom[16];
     int ncustom = 0;
@@ -297,10 +300,10 @@ int bench_kernels(int argc, char **argv)
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
-            char buf[256];
+            char buf[512];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
             ntypes = 0;
-            for (char *tok = strtok(buf, ","); tok && ntypes < 8; tok = strtok(NULL, ",")) {
+            for (char *tok = strtok(buf, ","); tok && ntypes < 32; tok = strtok(NULL, ",")) {
                 const type_traits *t = type_traits_by_name(tok);
                 if (!t || !cuda_weight_supported(t->id)) {
                     fprintf(stderr, "bench --kernels: type '%s' has no CUDA weight kernel\n", tok);
@@ -331,7 +334,7 @@ int bench_kernels(int argc, char **argv)
     struct cudaDeviceProp prop;
     void *probe = NULL;
     uint32_t *sink = NULL;
-    bk_row rows_out[64];
+    bk_row rows_out[192];
     int nrows = 0, rc = 1;
     int dev = 0;
     BK_CHECK(cudaGetDevice(&dev));
@@ -361,7 +364,7 @@ int bench_kernels(int argc, char **argv)
         };
         const bk_shape *shapes = ncustom ? custom : std_shapes;
         const size_t nshapes = ncustom ? (size_t)ncustom : sizeof std_shapes / sizeof std_shapes[0];
-        for (size_t k = 0; k < nshapes && nrows < 64; k++) {
+        for (size_t k = 0; k < nshapes && nrows < 192; k++) {
             if (bk_run(type, shapes[k].rows, shapes[k].cols, shapes[k].n, shapes[k].ggml, bw, reps, s,
                        &rows_out[nrows]) == 0)
                 nrows++;

@@ -145,8 +145,8 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
     memset(dw, 0, sizeof *dw);
     if (!w->data)
         return 0;
-    /* the types with no kernel (Q4_1, Q5_x, IQ4_NL, the K-quants, IQ2_*,
-     * IQ3_S, IQ4_XS, BF16) go to the card as F16 */
+    /* a type with no kernel goes to the card as F16 (every type strata
+     * decodes has one now; the path stays for any type added later) */
     int type = cuda_weight_supported(w->type) ? w->type : GGML_TYPE_F16;
     size_t mb = cuda_weight_bytes(type, w->rows, w->cols);
     if (!mb)
@@ -299,16 +299,17 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     CUDA_CHECK(err, cudaMallocHost((void **)&cs->h_x, R * D * 4));
     /* scratch: the largest matmul input is max(n_ff, dq, D) wide */
     size_t widest = ff > wide ? ff : wide;
-    int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q2_0,
-                   GGML_TYPE_IQ3_XXS};
+    /* the most any weight type the kernels run needs (the block types and
+     * BF16 need F16's: fp16 activations) */
     size_t mm = 0;
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        size_t b = cuda_matmul_scratch_bytes(types[t], (int64_t)((widest + 255) / 256 * 256), (int64_t)R);
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        if (!cuda_weight_supported(t))
+            continue;
+        size_t b = cuda_matmul_scratch_bytes(t, (int64_t)((widest + 255) / 256 * 256), (int64_t)R);
         mm = b > mm ? b : mm;
-        if (hp->n_expert && types[t] != GGML_TYPE_F32) { /* moe_grouped: R * k pairs */
+        if (hp->n_expert && t != GGML_TYPE_F32) { /* moe_grouped: R * k pairs */
             size_t ecols = hp->n_ff_exp > hp->n_embd ? hp->n_ff_exp : hp->n_embd;
-            b = cuda_matmul_grouped_scratch_bytes(types[t], (int64_t)((ecols + 255) / 256 * 256),
-                                                  (int64_t)(R * k));
+            b = cuda_matmul_grouped_scratch_bytes(t, (int64_t)((ecols + 255) / 256 * 256), (int64_t)(R * k));
             mm = b > mm ? b : mm;
         }
     }

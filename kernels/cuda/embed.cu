@@ -65,10 +65,13 @@ __global__ void __launch_bounds__(256) embed_kernel(const uint8_t *table, int ro
             o[e] = __int_as_float(0x7fc00000);
         return;
     }
-    if (TYPE == GGML_TYPE_F32 || TYPE == GGML_TYPE_F16) {
+    if (TYPE == GGML_TYPE_F32 || TYPE == GGML_TYPE_F16 || TYPE == GGML_TYPE_BF16) {
         for (int e = threadIdx.x; e < cols; e += blockDim.x)
-            o[e] = TYPE == GGML_TYPE_F32 ? __ldg((const float *)table + (size_t)id * cols + e)
-                                         : h2f(__ldg((const unsigned short *)table + (size_t)id * cols + e));
+            o[e] = TYPE == GGML_TYPE_F32  ? __ldg((const float *)table + (size_t)id * cols + e)
+                   : TYPE == GGML_TYPE_F16 ? h2f(__ldg((const unsigned short *)table + (size_t)id * cols + e))
+                                           : __uint_as_float((uint32_t)__ldg((const unsigned short *)table +
+                                                                             (size_t)id * cols + e)
+                                                             << 16);
         return;
     }
     constexpr Geo gm = geo(TYPE);
@@ -79,9 +82,34 @@ __global__ void __launch_bounds__(256) embed_kernel(const uint8_t *table, int ro
     }
 }
 
-/* F32/F16 never reach embed_elem; give the templates a body to instantiate */
+/* F32/F16/BF16 never reach embed_elem; give the templates a body to instantiate */
 template <> __device__ float embed_elem<GGML_TYPE_F32>(const uint8_t *, int, int, int) { return 0.f; }
 template <> __device__ float embed_elem<GGML_TYPE_F16>(const uint8_t *, int, int, int) { return 0.f; }
+template <> __device__ float embed_elem<GGML_TYPE_BF16>(const uint8_t *, int, int, int) { return 0.f; }
+
+/* Block tiles (wblocks.cuh): one thread per 8 elements, the row chunk's
+ * decoder, which is the CPU decoder's float expression. */
+template <int TYPE>
+__global__ void __launch_bounds__(256) embed_blk_kernel(const uint8_t *table, int rows, int cols, int ntk,
+                                                        const int32_t *tokens, float *out)
+{
+    constexpr int RB = wb::rb(TYPE);
+    const int id = __ldg(tokens + blockIdx.x);
+    float *o = out + (size_t)blockIdx.x * cols;
+    if (id < 0 || id >= rows) {
+        for (int e = threadIdx.x; e < cols; e += blockDim.x)
+            o[e] = __int_as_float(0x7fc00000);
+        return;
+    }
+    for (int e = 8 * threadIdx.x; e < cols; e += 8 * blockDim.x) {
+        const int T = e >> 8;
+        float v[8];
+        wb::dec8<TYPE>(table + (((size_t)(id >> 4) * ntk + T) * 16 + (id & 15)) * RB, e & 255, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o[e + i] = v[i];
+    }
+}
 
 extern "C" int cuda_embed(int type, const void *table, int64_t rows, int64_t cols, const int32_t *tokens, int n_tok,
                           float *out, cudaStream_t stream, strata_error *err)
@@ -102,6 +130,11 @@ extern "C" int cuda_embed(int type, const void *table, int64_t rows, int64_t col
     case GGML_TYPE_Q8_0: embed_kernel<GGML_TYPE_Q8_0><<<n_tok, 256, 0, stream>>>(t, (int)rows, (int)cols, ntk, tokens, out); break;
     case GGML_TYPE_F16: embed_kernel<GGML_TYPE_F16><<<n_tok, 256, 0, stream>>>(t, (int)rows, (int)cols, ntk, tokens, out); break;
     case GGML_TYPE_F32: embed_kernel<GGML_TYPE_F32><<<n_tok, 256, 0, stream>>>(t, (int)rows, (int)cols, ntk, tokens, out); break;
+    case GGML_TYPE_BF16: embed_kernel<GGML_TYPE_BF16><<<n_tok, 256, 0, stream>>>(t, (int)rows, (int)cols, ntk, tokens, out); break;
+#define EMBED_CASE(T)                                                                                    \
+    case T: embed_blk_kernel<T><<<n_tok, 256, 0, stream>>>(t, (int)rows, (int)cols, ntk, tokens, out); break;
+        WB_FOR_EACH(EMBED_CASE)
+#undef EMBED_CASE
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_embed: type %s", type_name(type));
     }
     CUDA_CHECK_LAUNCH(err, "embed_kernel");

@@ -280,7 +280,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
                     const Raw<TYPE> cur = buf[i];
                     if (tt + PF < ntk)
                         raw_load<TYPE>(buf[i], ws, R, tt + PF, lane);
-                    tile_mma<NG, false>(cur, sa[tt & 1], 0, 0, acc, smem, lane);
+                    tile_any<TYPE, NG, false>(cur, sa[tt & 1], 0, 0, acc, smem, lane);
                     if ((tt + 1) % a.p.tps == 0 || tt + 1 == ntk) { /* a segment ends */
                         const bool first = tt + 1 <= a.p.tps;
 #pragma unroll
@@ -393,6 +393,11 @@ static int mm_run(const char *who, int type, const void *w, int64_t rows, int64_
     case GGML_TYPE_Q4_0: return mm_launch<GGML_TYPE_Q4_0>(a, s.n_pad, stream, err);
     case GGML_TYPE_Q8_0: return mm_launch<GGML_TYPE_Q8_0>(a, s.n_pad, stream, err);
     case GGML_TYPE_F16: return mm_launch<GGML_TYPE_F16>(a, s.n_pad, stream, err);
+    case GGML_TYPE_BF16: return mm_launch<GGML_TYPE_BF16>(a, s.n_pad, stream, err);
+#define MM_CASE(T)                                                                                       \
+    case T: return mm_launch<T>(a, s.n_pad, stream, err);
+        WB_FOR_EACH(MM_CASE)
+#undef MM_CASE
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "%s: type %s", who, type_name(type));
     }
 }

@@ -242,6 +242,11 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, pairs, stream, err);
     case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, pairs, stream, err);
     case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, pairs, stream, err);
+    case GGML_TYPE_BF16: return mv_launch<GGML_TYPE_BF16>(a, pairs, stream, err);
+#define MV_CASE(T)                                                                                       \
+    case T: return mv_launch<T>(a, pairs, stream, err);
+        WB_FOR_EACH(MV_CASE)
+#undef MV_CASE
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: type %s", type_name(type));
     }
 }

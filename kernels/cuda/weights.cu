@@ -25,8 +25,8 @@ extern "C" size_t cuda_weight_bytes(int type, int64_t rows, int64_t cols)
     const Geo g = wt::geo(type);
     if (!g.kt || rows < 1 || cols < 1)
         return 0;
-    if (type == GGML_TYPE_F16 || type == GGML_TYPE_F32)
-        return cols % 8 ? 0 : (size_t)rows * (size_t)cols * (type == GGML_TYPE_F16 ? 2 : 4);
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_F32)
+        return cols % 8 ? 0 : (size_t)rows * (size_t)cols * (type == GGML_TYPE_F32 ? 4 : 2);
     const type_traits *tt = type_traits_get(type);
     if (!tt || cols % tt->blck)
         return 0;
@@ -111,8 +111,23 @@ extern "C" int cuda_weight_pack(int type, int64_t rows, int64_t cols, const void
     if (!bytes || !src || !dst)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_weight_pack: %s %lld x %lld not supported",
                           type_name(type), (long long)rows, (long long)cols);
-    if (type == GGML_TYPE_F16 || type == GGML_TYPE_F32) {
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_F32) {
         memcpy(dst, src, bytes);
+        return 0;
+    }
+    if (wt::is_blk(type)) {
+        /* block tiles (wblocks.cuh): each row's bytes of a k-tile, whole
+         * blocks, at (row % 16) * RB of its tile; the rest stays zero */
+        const int RB = wb::rb(type);
+        const size_t rowb = type_row_bytes(type, cols);
+        const int64_t ntk = (cols + 255) / 256;
+        memset(dst, 0, bytes);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t T = 0; T < ntk; T++) {
+                const size_t at = (size_t)T * RB, n = rowb - at < (size_t)RB ? rowb - at : (size_t)RB;
+                memcpy((uint8_t *)dst + ((size_t)((r / 16) * ntk + T) * 16 + (size_t)(r % 16)) * RB,
+                       (const uint8_t *)src + (size_t)r * rowb + at, n);
+            }
         return 0;
     }
     const Geo gm = wt::geo(type);

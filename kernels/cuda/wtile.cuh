@@ -55,6 +55,7 @@ extern "C" {
 #include "model/quant.h"
 }
 #undef _Static_assert
+#include "kernels/cuda/wblocks.cuh"
 
 namespace wt {
 
@@ -85,10 +86,14 @@ __host__ __device__ constexpr Geo geo(int type)
     case GGML_TYPE_Q4_0: return Geo{64, 576, 32, 1};
     case GGML_TYPE_Q8_0: return Geo{32, 544, 32, 1};
     case GGML_TYPE_F16: return Geo{32, 0, 32, 0};
+    case GGML_TYPE_BF16: return Geo{32, 0, 32, 0};
     case GGML_TYPE_F32: return Geo{32, 0, 32, 0};
-    default: return Geo{0, 0, 0, 0};
+    default: /* block tiles (wblocks.cuh): 16 row chunks of 256 columns, fp16 path */
+        return wb::rb(type) ? Geo{256, 16 * wb::rb(type), 32, 0} : Geo{0, 0, 0, 0};
     }
 }
+/* Read from their ggml blocks (wblocks.cuh), decoded to fp16 for the mma. */
+__host__ __device__ constexpr bool is_blk(int type) { return wb::rb(type) != 0; }
 
 /* The reduction plan of a matrix: depends on (type, rows, cols) only. */
 struct Plan {
@@ -296,7 +301,12 @@ __device__ inline void iq3_tables_init(uint8_t *tab)
     }
 }
 
-template <int TYPE> struct Raw;
+/* A tile as one lane holds it; the block-tile types (the primary template)
+ * keep only where the tile is (global memory in prefill, the warp's ring
+ * slot in decode) and decode from there. */
+template <int TYPE> struct Raw {
+    const uint8_t *p;
+};
 template <> struct Raw<GGML_TYPE_IQ3_XXS> {
     uint4 g0, g1, s;
     uint32_t d;
@@ -316,6 +326,9 @@ template <> struct Raw<GGML_TYPE_Q8_0> {
 template <> struct Raw<GGML_TYPE_F16> {
     uint4 h0, h1;
 };
+/* BF16: loaded as F16's bytes, converted to fp16 in registers */
+template <> struct Raw<GGML_TYPE_BF16> : Raw<GGML_TYPE_F16> {
+};
 
 /* Where the weights are: packed tiles, or the row-major F16 matrix. */
 struct Wsrc {
@@ -323,7 +336,10 @@ struct Wsrc {
     int rows, cols, ntk;
 };
 
-template <int TYPE> __device__ __forceinline__ void raw_load(Raw<TYPE> &r, const Wsrc &s, int R, int T, int lane);
+template <int TYPE> __device__ __forceinline__ void raw_load(Raw<TYPE> &r, const Wsrc &s, int R, int T, int)
+{
+    r.p = s.w + ((size_t)R * s.ntk + T) * geo(TYPE).tile; /* block tiles: decoded where they are */
+}
 
 template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_IQ3_XXS> &r, const Wsrc &s, int R, int T, int lane)
 {
@@ -360,6 +376,20 @@ template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_F16> &r, cons
     const uint4 z = make_uint4(0, 0, 0, 0);
     r.h0 = (k < s.cols && r0 < s.rows) ? ldg16(w + (size_t)r0 * s.cols + k) : z;
     r.h1 = (k < s.cols && r1 < s.rows) ? ldg16(w + (size_t)r1 * s.cols + k) : z;
+}
+/* bf16 -> f32 is a shift; f32 -> fp16 rounds (exact for |w| in fp16's
+ * normal range, where weights live) */
+__device__ __forceinline__ uint32_t bf2h2(uint32_t w)
+{
+    const __half2 h = __floats2half2_rn(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    return *(const uint32_t *)&h;
+}
+__device__ __forceinline__ uint4 bf2h8(uint4 v) { return make_uint4(bf2h2(v.x), bf2h2(v.y), bf2h2(v.z), bf2h2(v.w)); }
+template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_BF16> &r, const Wsrc &s, int R, int T, int lane)
+{
+    raw_load<GGML_TYPE_F16>(r, s, R, T, lane);
+    r.h0 = bf2h8(r.h0);
+    r.h1 = bf2h8(r.h1);
 }
 
 /* One tile times NG groups of 8 tokens, added into acc[j] (j: token group;
@@ -528,6 +558,62 @@ __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_F16> &r, const Act 
     }
 }
 
+/* Block tiles (wblocks.cuh): per 32-column chunk, lane 4g + t decodes
+ * elements 8t..8t+7 of rows g and g+8 from their row chunks, rounds them to
+ * fp16 and runs F16's two m16n8k16 steps: the same slots, the same
+ * activations, the same accumulation order for every n. */
+__device__ __forceinline__ uint4 f8h(const float (&v)[8])
+{
+    uint4 r;
+    __half2 h;
+    h = __floats2half2_rn(v[0], v[1]);
+    r.x = *(const uint32_t *)&h;
+    h = __floats2half2_rn(v[2], v[3]);
+    r.y = *(const uint32_t *)&h;
+    h = __floats2half2_rn(v[4], v[5]);
+    r.z = *(const uint32_t *)&h;
+    h = __floats2half2_rn(v[6], v[7]);
+    r.w = *(const uint32_t *)&h;
+    return r;
+}
+template <int TYPE, int NG, bool G>
+__device__ __forceinline__ void tile_mma_blk(const Raw<TYPE> &r, const Act &a, int k0, float (&acc)[NG][4], int lane)
+{
+    constexpr int RB = wb::rb(TYPE);
+    const int g = lane >> 2, t = lane & 3;
+    const uint8_t *c0 = r.p + g * RB, *c1 = r.p + (g + 8) * RB;
+#pragma unroll 2
+    for (int ch = 0; ch < 8; ++ch) {
+        uint4 h0, h1;
+        if constexpr (wb::H2<TYPE>::on) { /* half2 decode (wblocks.cuh) */
+            h0 = wb::dec8h<TYPE>(c0, 32 * ch + 8 * t);
+            h1 = wb::dec8h<TYPE>(c1, 32 * ch + 8 * t);
+        } else {
+            float v[8];
+            wb::dec8<TYPE>(c0, 32 * ch + 8 * t, v);
+            h0 = f8h(v);
+            wb::dec8<TYPE>(c1, 32 * ch + 8 * t, v);
+            h1 = f8h(v);
+        }
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+            const uint4 b = ldh16<G>(a.h + (8 * j + g) * a.cs + k0 + 32 * ch + 8 * t);
+            mma_f16(acc[j], h0.x, h1.x, h0.y, h1.y, b.x, b.y);
+            mma_f16(acc[j], h0.z, h1.z, h0.w, h1.w, b.z, b.w);
+        }
+    }
+}
+/* One tile of any type into acc (what the kernels call). */
+template <int TYPE, int NG, bool G>
+__device__ __forceinline__ void tile_any(const Raw<TYPE> &r, const Act &a, int k0, int b0, float (&acc)[NG][4],
+                                         const uint8_t *tab, int lane)
+{
+    if constexpr (is_blk(TYPE))
+        tile_mma_blk<TYPE, NG, G>(r, a, k0, acc, lane);
+    else
+        tile_mma<NG, G>(r, a, k0, b0, acc, tab, lane);
+}
+
 /* Prefetch depth (tiles in flight per warp): about 3 KiB per warp. */
 template <int TYPE> struct Depth { static constexpr int v = 4; };
 template <> struct Depth<GGML_TYPE_IQ3_XXS> { static constexpr int v = 2; };
@@ -553,7 +639,7 @@ __device__ __forceinline__ void run_tiles(const Wsrc &ws, int R, int t0, int t1,
                 if (T + i + PF < t1)
                     raw_load<TYPE>(buf[i], ws, R, T + i + PF, lane);
                 const int k0 = (T + i - kbase) * gm.kt;
-                tile_mma<NG, G>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                tile_any<TYPE, NG, G>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             }
         }
     }
@@ -588,16 +674,35 @@ __device__ __forceinline__ void cp4(uint32_t dst, const void *src)
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* Ring geometry per type: slot bytes (32 lanes' pieces) and depth. */
-template <int TYPE> struct Ring;
+/* Ring geometry per type: slot bytes (32 lanes' pieces) and depth.  Block
+ * tiles: a slot is the whole tile, as deep as fits in 8 KiB per warp
+ * (2..8; the activations, fp16, take up to 70 KiB of the block). */
+constexpr int blk_depth(int slot) { return 8192 / slot < 2 ? 2 : 8192 / slot > 8 ? 8 : 8192 / slot; }
+template <int TYPE> struct Ring {
+    static constexpr int SLOT = geo(TYPE).tile, D = blk_depth(geo(TYPE).tile);
+};
 template <> struct Ring<GGML_TYPE_IQ3_XXS> { static constexpr int SLOT = 1664, D = 4; };
 template <> struct Ring<GGML_TYPE_Q2_0> { static constexpr int SLOT = 768, D = 12; };
 template <> struct Ring<GGML_TYPE_Q4_0> { static constexpr int SLOT = 768, D = 12; };
 template <> struct Ring<GGML_TYPE_Q8_0> { static constexpr int SLOT = 640, D = 12; };
 template <> struct Ring<GGML_TYPE_F16> { static constexpr int SLOT = 1024, D = 4; };
+template <> struct Ring<GGML_TYPE_BF16> : Ring<GGML_TYPE_F16> {};
 
-template <int TYPE> __device__ __forceinline__ void ring_issue(uint32_t slot, const Wsrc &s, int R, int T, int lane);
-template <int TYPE> __device__ __forceinline__ void ring_read(Raw<TYPE> &r, const uint8_t *slot, int lane);
+/* Block tiles: the warp copies the whole tile into the slot, 16 bytes a
+ * lane at a time, and every lane decodes from the slot, so the reads of
+ * other lanes' copies need a __syncwarp (run_tiles_ring). */
+template <int TYPE> __device__ __forceinline__ void ring_issue(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    constexpr int TB = geo(TYPE).tile;
+    const uint8_t *tile = s.w + ((size_t)R * s.ntk + T) * TB;
+#pragma unroll
+    for (int i = lane; i < TB / 16; i += 32)
+        cp16(slot + i * 16, tile + i * 16);
+}
+template <int TYPE> __device__ __forceinline__ void ring_read(Raw<TYPE> &r, const uint8_t *slot, int)
+{
+    r.p = slot;
+}
 
 template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_IQ3_XXS>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
 {
@@ -664,6 +769,16 @@ template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_F16> &r, con
     r.h0 = *(const uint4 *)(slot + lane * 16);
     r.h1 = *(const uint4 *)(slot + 512 + lane * 16);
 }
+template <> __device__ __forceinline__ void ring_issue<GGML_TYPE_BF16>(uint32_t slot, const Wsrc &s, int R, int T, int lane)
+{
+    ring_issue<GGML_TYPE_F16>(slot, s, R, T, lane);
+}
+template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_BF16> &r, const uint8_t *slot, int lane)
+{
+    ring_read<GGML_TYPE_F16>(r, slot, lane);
+    r.h0 = bf2h8(r.h0);
+    r.h1 = bf2h8(r.h1);
+}
 
 /* Issue the copies of a warp's first D - 1 tiles into its ring.  The decode
  * kernel calls this before it builds its tables and stages the activations,
@@ -698,14 +813,18 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
         for (int i = 0; i < D; ++i) {
             const int tt = T + i;
             if (tt < t1) {
+                if (is_blk(TYPE))
+                    __syncwarp(); /* every lane is done with the slot refilled next */
                 if (tt + D - 1 < t1)
                     ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
                 cp_commit();
                 cp_wait<D - 1>();
+                if (is_blk(TYPE))
+                    __syncwarp(); /* the other lanes' copies of this tile are in */
                 Raw<TYPE> cur;
                 ring_read<TYPE>(cur, ring + i * SLOT, lane);
                 const int k0 = (tt - kbase) * gm.kt;
-                tile_mma<1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             }
         }
     }
@@ -724,8 +843,9 @@ inline int ring_bytes_per_warp(int type)
     case GGML_TYPE_Q2_0: return Ring<GGML_TYPE_Q2_0>::SLOT * Ring<GGML_TYPE_Q2_0>::D;
     case GGML_TYPE_Q4_0: return Ring<GGML_TYPE_Q4_0>::SLOT * Ring<GGML_TYPE_Q4_0>::D;
     case GGML_TYPE_Q8_0: return Ring<GGML_TYPE_Q8_0>::SLOT * Ring<GGML_TYPE_Q8_0>::D;
-    case GGML_TYPE_F16: return Ring<GGML_TYPE_F16>::SLOT * Ring<GGML_TYPE_F16>::D;
-    default: return 0;
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: return Ring<GGML_TYPE_F16>::SLOT * Ring<GGML_TYPE_F16>::D;
+    default: return is_blk(type) ? geo(type).tile * blk_depth(geo(type).tile) : 0;
     }
 }
 inline MvLayout mv_layout(int type, const Plan &p)
