@@ -724,6 +724,7 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     s->park = park_new(s->e, s->p.cache_mib, slots, err);
     if (!s->park)
         return err->code;
+    park_set_observer(s->park, s->p.on_park, s->p.park_user);
     s->counts.on = 1;
     s->cstats.on = 1;
     return 0;
