@@ -28,6 +28,7 @@
 #include "park/hostmem.h"
 #include "park/park_internal.h"
 #include "park/persist.h"
+#include "engine/generate.h"
 
 int park_fail_stage = -1;
 int park_arena_on_cpu = 0;
@@ -403,6 +404,24 @@ void park_get_stats(const strata_park *p, park_stats *st)
         persist_get_stats(p->persist, &st->persist);
 }
 
+void park_set_observer(strata_park *p, park_observer fn, void *user)
+{
+    p->observe = fn;
+    p->observe_user = user;
+}
+
+/* Tell the observer about an operation that began at t0. */
+static void observed(strata_park *p, int op, int kind, int flags, int tokens, int n_tokens,
+                     const uint64_t *bytes, double t0)
+{
+    if (!p->observe)
+        return;
+    park_event ev = {op, kind, flags, tokens, n_tokens, 0, strata_now() - t0};
+    for (int i = 0; i < p->e->n_stages; i++)
+        ev.bytes += bytes[i];
+    p->observe(&ev, p->observe_user);
+}
+
 /* ---- capture ----------------------------------------------------------------- */
 
 typedef struct capture_job {
@@ -444,6 +463,7 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
     if (n <= 0)
         return strata_err(err, STRATA_E_ARG, "park_capture: the conversation is empty");
     persist_reap(p->persist);
+    double t0 = strata_now();
     convcache_image *prefix = NULL;
     int have = convcache_find(p->cache, s->tokens, n, &prefix);
     if (have == n) {
@@ -483,13 +503,14 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
         if (!rc && img && p->persist)
             persist_enqueue(p->persist, img, have);
     }
-    free(j);
     if (!rc) {
         int k = have ? PARK_CAPTURE_REUSED : PARK_CAPTURE_FRESH;
         if (kind)
             *kind = k;
         p->st.captures[k]++;
+        observed(p, PARK_OP_CAPTURE, k, flags, n - have, n, j->bytes, t0);
     }
+    free(j);
     return rc;
 }
 
@@ -543,6 +564,7 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
     if (n <= 0)
         return 0;
     persist_reap(p->persist);
+    double t0 = strata_now();
     /* what s already holds of tokens: its common prefix with them */
     int cur = 0, lim = s->n_tokens < n - 1 ? s->n_tokens : n - 1;
     while (cur < lim && s->tokens[cur] == tokens[cur])
@@ -579,6 +601,7 @@ int park_restore(strata_park *p, strata_seq *s, const int32_t *tokens, int n, in
             p->st.bytes_h2d += j->bytes[i];
         p->st.restores++;
         *restored = use;
+        observed(p, PARK_OP_RESTORE, 0, 0, use, use, j->bytes, t0);
     } else {
         seq_drop(s);
     }
@@ -684,6 +707,7 @@ int park_shuttle(strata_park *p, strata_seq *from, strata_seq *to, int flags, st
     if (rc)
         return rc;
     int n = from->n_tokens;
+    double t0 = strata_now();
     seq_drop(to);
     if (n == 0)
         goto done;
@@ -707,6 +731,8 @@ int park_shuttle(strata_park *p, strata_seq *from, strata_seq *to, int flags, st
                 p->st.bytes_d2d += j->bytes[i];
             }
         }
+        /* the copy itself: the source's pages go back below, after it */
+        observed(p, PARK_OP_SHUTTLE, 0, flags, n, n, j->bytes, t0);
     }
     free(j);
     if (rc) {

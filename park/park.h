@@ -67,6 +67,26 @@ typedef struct park_stats {
     persist_stats persist;    /* the save directory (park_persist_start) */
 } park_stats;
 
+/* One copy operation, timed by park itself, for a caller that wants each
+ * one rather than the totals above (park_set_observer): when the scheduler
+ * drives parking, only park sees the calls, so `bench --workload` takes its
+ * distributions from here instead of timing calls it does not make. */
+enum park_op { PARK_OP_CAPTURE = 0, PARK_OP_RESTORE = 1, PARK_OP_SHUTTLE = 2 };
+typedef struct park_event {
+    int op;                   /* enum park_op */
+    int kind;                 /* capture: enum park_capture_kind; else 0 */
+    int flags;                /* the call's PARK_CAPTURE_* / PARK_SHUTTLE_* */
+    int tokens;               /* tokens copied (a capture: only the new ones) */
+    int n_tokens;             /* the conversation's length */
+    uint64_t bytes;           /* bytes copied, all stages */
+    double seconds;           /* the whole call: lookup, cache room (evictions
+                                 included), the stages' copies, commit */
+} park_event;
+typedef void (*park_observer)(const park_event *ev, void *user);
+/* Call fn on the orchestration thread after each capture, restore and
+ * shuttle that succeeded and copied something (fn NULL: none). */
+void park_set_observer(strata_park *p, park_observer fn, void *user);
+
 /* A conversation cache of cache_mib MiB and cache_slots images.  On the
  * CUDA backend its bytes are one block of cache_mib MiB pinned here, once
  * (cudaHostAlloc), and carved into parts by an arena (cache/arena.h); if

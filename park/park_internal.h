@@ -23,6 +23,8 @@ struct strata_park {
     int pageable_warned;     /* a part could not be pinned: said once */
     int partial;             /* restores take the longest common prefix
                                 (park_set_partial_restore) */
+    park_observer observe;   /* park_set_observer */
+    void *observe_user;
     /* pinned staging of the shuttle's host round trip, one per stage */
     void **stage_buf;
     size_t *stage_cap;

@@ -731,6 +731,7 @@ static int sched_open_cache(strata_sched *s, strata_error *err)
     int rc = sched_open_save(s, err);
     if (rc)
         return rc;
+    park_set_observer(s->park, s->p.on_park, s->p.park_user);
     s->counts.on = 1;
     s->cstats.on = 1;
     return 0;

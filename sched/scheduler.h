@@ -105,6 +105,11 @@ typedef struct sched_params {
     /* 1: reset a slot when its request ends (no idle-resident slots): the
      * baseline that resident reuse is compared with. */
     int no_resident_reuse;
+    /* With the cache: called on the orchestration thread after each copy
+     * parking makes (capture, restore), with park's own timing of it
+     * (park_set_observer); bench --workload takes its figures from it. */
+    park_observer on_park;
+    void *park_user;
 } sched_params;
 
 sched_params sched_params_default(void);

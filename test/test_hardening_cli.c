@@ -415,7 +415,7 @@ static const help_case help_cases[] = {
      {"--temp"}},
     {"bench", {ENGINE_OPTS, "-c", "-p", "-n", "--batch", "--ctx", "--reps", "--json",
                "--batch-groups", "--quant", "--kernels", "--attention", "--clients",
-               "--conversations"},
+               "--conversations", "--workload"},
      {"--temp", "--conversation-cache-mib", "-sys", "--verbose"}},
     {"bench --quant", {"--rows", "--cols", "--seconds"}, {"--temp", "-m,"}},
     {"bench --kernels", {"--types", "--shapes", "--reps", "--json", "--runs", "--quick"},
@@ -429,6 +429,10 @@ static const help_case help_cases[] = {
                                "--followup", "--conversation-cache-mib",
                                "--conversation-cache-slots", "--seed", "--json", "--batch"},
      {"--temp", "-sys", "--verbose"}},
+    {"bench --workload", {ENGINE_OPTS, "-c", "--clients", "--rounds", "--tokens", "--gen-tokens",
+                          "--seed", "--json", "--batch", "--batch-groups",
+                          "--conversation-cache-mib", "--conversation-cache-slots"},
+     {"--temp", "-sys", "--verbose", "--prompt-tokens"}},
 };
 
 /* Named as an option: preceded by a space, followed by space, comma, '=',

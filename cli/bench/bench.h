@@ -24,6 +24,7 @@ void bench_attention_usage(FILE *f);
 void bench_clients_usage(FILE *f);
 void bench_conversations_usage(FILE *f);
 void bench_model_usage(FILE *f);
+void bench_workload_usage(FILE *f);
 
 /* The shared options each mode reads (cli/options.h); -c is listed by the
  * modes themselves, since each sizes the context its own way. */
@@ -32,6 +33,9 @@ void bench_model_usage(FILE *f);
     (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_VERBOSE | CLI_USE_SLOTS |      \
      CLI_USE_GROUPS | CLI_USE_CACHE)
 #define BENCH_CONVERSATIONS_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS)
+#define BENCH_WORKLOAD_USES                                                        \
+    (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS | CLI_USE_GROUPS |     \
+     CLI_USE_CACHE)
 
 #define BENCH_MODEL_MAX_BATCH 64 /* the model bench's largest --batch */
 
@@ -49,6 +53,9 @@ int bench_attention(int argc, char **argv);
 int bench_clients(int argc, char **argv);
 /* --conversations: parked conversations coming back (bench_conversations.c) */
 int bench_conversations(int argc, char **argv);
+/* --workload: served conversations and what parking costs in them
+ * (bench_workload.c) */
+int bench_workload(int argc, char **argv);
 /* the default mode, -m MODEL: prompt and decode rates (cmd_bench.c) */
 int bench_model(int argc, char **argv);
 

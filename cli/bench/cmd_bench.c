@@ -16,11 +16,13 @@
 #pragma weak bench_attention
 #pragma weak bench_clients
 #pragma weak bench_conversations
+#pragma weak bench_workload
 #pragma weak bench_quant_usage
 #pragma weak bench_kernels_usage
 #pragma weak bench_attention_usage
 #pragma weak bench_clients_usage
 #pragma weak bench_conversations_usage
+#pragma weak bench_workload_usage
 
 #ifdef STRATA_CUDA
 static const int built_with_cuda = 1;
@@ -51,6 +53,8 @@ static const bench_mode bench_modes[] = {
      "concurrent clients through the scheduler", 0},
     {"--conversations", bench_conversations, bench_conversations_usage,
      "parked conversations returning (cache)", 0},
+    {"--workload", bench_workload, bench_workload_usage,
+     "served conversations: parking's costs inside them", 0},
 };
 #define N_BENCH_MODES (sizeof bench_modes / sizeof bench_modes[0])
 
