@@ -28,6 +28,9 @@ void cpu_matmul(int type, const void *w, int64_t rows, int64_t cols,
  * cpu_matmul within the tolerance stated in test/test_matvec.c. */
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
                      const float *x, int64_t n, float *y);
+/* 1 if cpu_matmul_fast quantizes activations to int8 for the types that
+ * have such kernels (the default; STRATA_MATMUL_F32=1 turns it off). */
+int cpu_matmul_int8_activations(void);
 
 /* out[cols] = row `token` of an embedding table stored like a weight. */
 void cpu_embed(int type, const void *table, int64_t cols, int32_t token,
@@ -145,5 +148,10 @@ void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k,
  * query head h reading kv head h / (n_head / n_kv_head). */
 void cpu_attention(const float *q, int n_head, const kv_view *kv,
                    int32_t n_ctx, float scale, float *out);
+/* The same, fast (kernels/cpu/attention_fast.c): straight from the cache's
+ * codes, in float, heads over the thread pool; within the tolerance of
+ * test/test_attention_fast.c of cpu_attention. */
+void cpu_attention_fast(const float *q, int n_head, const kv_view *kv,
+                        int32_t n_ctx, float scale, float *out);
 
 #endif

@@ -51,6 +51,8 @@ static const bench_mode bench_modes[] = {
      "concurrent clients through the scheduler", 0},
     {"--conversations", bench_conversations, bench_conversations_usage,
      "parked conversations returning (cache)", 0},
+    {"--profile", bench_profile, bench_profile_usage,
+     "the CPU forward pass op by op: each op's share of a prompt token and a decode step", 0},
 };
 #define N_BENCH_MODES (sizeof bench_modes / sizeof bench_modes[0])
 
