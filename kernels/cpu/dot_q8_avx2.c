@@ -120,67 +120,143 @@ AVX2_INLINE void dq8_q8_0_avx2(const uint8_t *row, int64_t s, __m256i *w, __m256
     *cw = 0.0f;
 }
 
-AVX2_INLINE void dq8_q4_k_avx2(const uint8_t *row, int64_t s, __m256i *w, __m256i *mul,
-                               float *dw, float *cw)
+/* The 256-weight types: the scales of a super-block are unpacked once
+ * (prep), then each sub-block ib (a constant after unrolling) decodes its
+ * codes; dw, cw and the madd multipliers come from the prep. */
+typedef struct q8_prep {
+    float dw[8], cw[8];
+    __m256i mul[8];
+} q8_prep;
+
+AVX2_INLINE void prep_q4_k_avx2(const uint8_t *blk, q8_prep *p)
 {
-    const block_q4_k *b = (const block_q4_k *)(row + (s >> 3) * sizeof(block_q4_k));
-    const int ib = (int)(s & 7);
-    int sc, mn;
-    q4_k_scale_min(ib, b->scales, &sc, &mn);
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (ib / 2)));
-    *w = _mm256_and_si256(ib & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
-    *mul = ONES16;
-    *dw = ld_fp16_avx2((const uint8_t *)&b->d) * (float)sc;
-    *cw = -ld_fp16_avx2((const uint8_t *)&b->dmin) * (float)mn;
+    const block_q4_k *b = (const block_q4_k *)blk;
+    const float d = ld_fp16_avx2((const uint8_t *)&b->d);
+    const float dmin = ld_fp16_avx2((const uint8_t *)&b->dmin);
+    for (int ib = 0; ib < 8; ib++) {
+        int sc, mn;
+        q4_k_scale_min(ib, b->scales, &sc, &mn);
+        p->dw[ib] = d * (float)sc;
+        p->cw[ib] = -dmin * (float)mn;
+        p->mul[ib] = ONES16;
+    }
 }
 
-AVX2_INLINE void dq8_q6_k_avx2(const uint8_t *row, int64_t s, __m256i *w, __m256i *mul,
-                               float *dw, float *cw)
+AVX2_INLINE __m256i sub_q4_k_avx2(const uint8_t *blk, int ib)
 {
-    const block_q6_k *b = (const block_q6_k *)(row + (s >> 3) * sizeof(block_q6_k));
-    const int ib = (int)(s & 7), h = ib / 4, qd = ib % 4;
+    const block_q4_k *b = (const block_q4_k *)blk;
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (ib / 2)));
+    return _mm256_and_si256(ib & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+}
+
+AVX2_INLINE void prep_q6_k_avx2(const uint8_t *blk, q8_prep *p)
+{
+    const block_q6_k *b = (const block_q6_k *)blk;
+    const float d = ld_fp16_avx2((const uint8_t *)&b->d);
+    for (int ib = 0; ib < 8; ib++) {
+        const int h = ib / 4, qd = ib % 4;
+        p->dw[ib] = d;
+        p->cw[ib] = 0.0f;
+        p->mul[ib] = _mm256_set_m128i(_mm_set1_epi16(b->scales[8 * h + 2 * qd + 1]),
+                                      _mm_set1_epi16(b->scales[8 * h + 2 * qd]));
+    }
+}
+
+AVX2_INLINE __m256i sub_q6_k_avx2(const uint8_t *blk, int ib)
+{
+    const block_q6_k *b = (const block_q6_k *)blk;
+    const int h = ib / 4, qd = ib % 4;
     const __m256i L = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (qd & 1)));
     const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     const __m256i lo = _mm256_and_si256(qd < 2 ? L : _mm256_srli_epi16(L, 4), m4);
-    const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(H, _mm_cvtsi32_si128(2 * qd)), m2);
-    *w = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
-    *mul = _mm256_set_m128i(_mm_set1_epi16(b->scales[8 * h + 2 * qd + 1]),
-                            _mm_set1_epi16(b->scales[8 * h + 2 * qd]));
-    *dw = ld_fp16_avx2((const uint8_t *)&b->d);
-    *cw = 0.0f;
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(H, 2 * qd), m2);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
 }
 
 /* ---- one weight row against T quantized activation rows ----------------- */
 
+/* Two accumulators per activation row (even and odd sub-blocks) so that a
+ * single row, a decode step, is not bound by the FMA latency chain; the
+ * same for every T, so the tile size changes no bit. */
 #define DEFINE_Q8_TILE(NAME, SIGNED, T)                                                     \
     AVX2_INLINE void q8tile_##NAME##_##T##_avx2(const uint8_t *row, int64_t nsub,           \
                                                 const act_q8 *x, float *y, int64_t ystride) \
     {                                                                                       \
-        __m256 acc[T];                                                                      \
-        float corr[T];                                                                      \
+        __m256 acc[2][T];                                                                   \
+        float corr[2][T];                                                                   \
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                               \
-            acc[t] = _mm256_setzero_ps();                                                   \
-            corr[t] = 0.0f;                                                                 \
+            acc[0][t] = acc[1][t] = _mm256_setzero_ps();                                    \
+            corr[0][t] = corr[1][t] = 0.0f;                                                 \
         }                                                                                   \
-        for (int64_t s = 0; s < nsub; s++) {                                                \
-            __m256i w, mul;                                                                 \
-            float dw, cw;                                                                   \
-            dq8_##NAME##_avx2(row, s, &w, &mul, &dw, &cw);                                  \
-            const __m256i wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                         \
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                           \
-                const act_q8 *xb = x + t * nsub + s;                                        \
-                __m256i xv = _mm256_loadu_si256((const __m256i *)xb->q);                    \
-                if (SIGNED)                                                                 \
-                    xv = _mm256_sign_epi8(xv, w);                                           \
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), mul);     \
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb->d), \
-                                         acc[t]);                                           \
-                corr[t] += cw * xb->s;                                                      \
+        int64_t s = 0;                                                                      \
+        for (; s + 1 < nsub; s += 2) {                                                      \
+            Q8_STEP(NAME, SIGNED, T, 0)                                                     \
+            Q8_STEP(NAME, SIGNED, T, 1)                                                     \
+        }                                                                                   \
+        if (s < nsub) {                                                                     \
+            Q8_STEP(NAME, SIGNED, T, 0)                                                     \
+        }                                                                                   \
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)                                 \
+            y[t * ystride] = hsum_avx2(_mm256_add_ps(acc[0][t], acc[1][t])) +               \
+                             (corr[0][t] + corr[1][t]);                                     \
+    }
+
+/* sub-block s + K into accumulator set K */
+#define Q8_STEP(NAME, SIGNED, T, K)                                                         \
+    {                                                                                       \
+        __m256i w, mul;                                                                     \
+        float dw, cw;                                                                       \
+        dq8_##NAME##_avx2(row, s + K, &w, &mul, &dw, &cw);                                  \
+        const __m256i wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                             \
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                               \
+            const act_q8 *xb = x + t * nsub + s + K;                                        \
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->q);                        \
+            if (SIGNED)                                                                     \
+                xv = _mm256_sign_epi8(xv, w);                                               \
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), mul);         \
+            acc[K][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb->d),  \
+                                        acc[K][t]);                                         \
+            corr[K][t] += cw * xb->s;                                                       \
+        }                                                                                   \
+    }
+
+/* The super-block tile: the same accumulators (sub-block parity) and the
+ * same per-block operations as DEFINE_Q8_TILE. */
+#define DEFINE_Q8_TILE_SB(NAME, BYTES, SIGNED, T)                                           \
+    AVX2_INLINE void q8tile_##NAME##_##T##_avx2(const uint8_t *row, int64_t nsub,           \
+                                                const act_q8 *x, float *y, int64_t ystride) \
+    {                                                                                       \
+        __m256 acc[2][T];                                                                   \
+        float corr[2][T];                                                                   \
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                               \
+            acc[0][t] = acc[1][t] = _mm256_setzero_ps();                                    \
+            corr[0][t] = corr[1][t] = 0.0f;                                                 \
+        }                                                                                   \
+        for (int64_t sb = 0; sb < nsub / 8; sb++) {                                         \
+            const uint8_t *blk = row + sb * BYTES;                                          \
+            q8_prep pp;                                                                     \
+            prep_##NAME##_avx2(blk, &pp);                                                   \
+            _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {                        \
+                const __m256i w = sub_##NAME##_avx2(blk, ib);                               \
+                const __m256i wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                     \
+                _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                       \
+                    const act_q8 *xb = x + t * nsub + 8 * sb + ib;                          \
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)xb->q);                \
+                    if (SIGNED)                                                             \
+                        xv = _mm256_sign_epi8(xv, w);                                       \
+                    const __m256i p =                                                       \
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), pp.mul[ib]);        \
+                    acc[ib & 1][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                 \
+                                                     _mm256_set1_ps(pp.dw[ib] * xb->d),     \
+                                                     acc[ib & 1][t]);                       \
+                    corr[ib & 1][t] += pp.cw[ib] * xb->s;                                   \
+                }                                                                           \
             }                                                                               \
         }                                                                                   \
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)                                 \
-            y[t * ystride] = hsum_avx2(acc[t]) + corr[t];                                   \
+            y[t * ystride] = hsum_avx2(_mm256_add_ps(acc[0][t], acc[1][t])) +               \
+                             (corr[0][t] + corr[1][t]);                                     \
     }
 
 #define DEFINE_Q8_ROWS(NAME, SIGNED)                                                        \
@@ -188,6 +264,16 @@ AVX2_INLINE void dq8_q6_k_avx2(const uint8_t *row, int64_t s, __m256i *w, __m256
     DEFINE_Q8_TILE(NAME, SIGNED, 2)                                                         \
     DEFINE_Q8_TILE(NAME, SIGNED, 3)                                                         \
     DEFINE_Q8_TILE(NAME, SIGNED, 4)                                                         \
+    DEFINE_Q8_ROWS_LOOP(NAME)
+
+#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED)                                              \
+    DEFINE_Q8_TILE_SB(NAME, BYTES, SIGNED, 1)                                               \
+    DEFINE_Q8_TILE_SB(NAME, BYTES, SIGNED, 2)                                               \
+    DEFINE_Q8_TILE_SB(NAME, BYTES, SIGNED, 3)                                               \
+    DEFINE_Q8_TILE_SB(NAME, BYTES, SIGNED, 4)                                               \
+    DEFINE_Q8_ROWS_LOOP(NAME)
+
+#define DEFINE_Q8_ROWS_LOOP(NAME)                                                           \
     AVX2_FN static void q8rows_##NAME##_avx2(const uint8_t *w, size_t row_bytes,            \
                                              int64_t nrows, int64_t cols, const act_q8 *x,  \
                                              int64_t n, float *y, int64_t ystride)          \
@@ -213,8 +299,8 @@ DEFINE_Q8_ROWS(q4_0, 0)
 DEFINE_Q8_ROWS(q4_1, 0)
 DEFINE_Q8_ROWS(q5_0, 0)
 DEFINE_Q8_ROWS(q8_0, 1)
-DEFINE_Q8_ROWS(q4_k, 0)
-DEFINE_Q8_ROWS(q6_k, 1)
+DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0)
+DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1)
 
 q8_rows_fn q8_rows_avx2(int type)
 {
