@@ -315,7 +315,7 @@ static const opt_help opt_help_lines[] = {
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
      "  --kv k8v4|k8v4r|f16     KV cache format (default k8v4: K Q8_0, V Q4_0; k8v4r:\n"
      "                          the same after a Hadamard rotation per head; run and\n"
-     "                          chat on the demo model: f16)\n"
+     "                          chat on the demo model, CPU, STRATA_MATMUL_F32=1: f16)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},

@@ -20,6 +20,8 @@
 #include "engine/generate.h"
 #include "engine/profile_cpu.h"
 #include "engine/sample.h"
+#include "kernels/cpu/threadpool.h"
+#include "kernels/ops.h"
 
 #define PROFILE_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE)
 
@@ -55,7 +57,7 @@ static void row(const char *name, double a_ns, const phase *a, double b_ns, cons
            100.0 * a_ns / a->wall_ns, b_ns / b->units / 1e6, 100.0 * b_ns / b->wall_ns);
 }
 
-static void report(const phase *pr, const phase *de)
+static void report(const phase *pr, const phase *de, int head_type)
 {
     printf("%-28s %9s %8s   %9s %8s\n", "op", "prompt", "", "decode", "");
     printf("%-28s %9s %8s   %9s %8s\n", "", "ms/token", "share", "ms/step", "share");
@@ -71,7 +73,10 @@ static void report(const phase *pr, const phase *de)
         seen_d += (double)de->p.matmul_ns[t];
     }
     for (int k = 0; k < PROF_N_OPS; k++) {
-        row(op_names[k], (double)pr->p.op_ns[k], pr, (double)de->p.op_ns[k], de);
+        char name[64];
+        snprintf(name, sizeof name, k == PROF_HEAD ? "%s (%s)" : "%s", op_names[k],
+                 type_name(head_type));
+        row(name, (double)pr->p.op_ns[k], pr, (double)de->p.op_ns[k], de);
         seen_p += (double)pr->p.op_ns[k];
         seen_d += (double)de->p.op_ns[k];
     }
@@ -190,9 +195,10 @@ int bench_profile(int argc, char **argv)
         de.p = cpu_prof;
     }
     if (!rc) {
-        printf("model %s, CPU backend, %d threads, kv %s\n", o.ep.model_path,
-               o.ep.n_threads ? o.ep.n_threads : 0, strata_kv_name(strata_kv_type(e)));
-        report(&pr, &de);
+        printf("model %s, CPU backend, %d threads, kv %s, %s activations\n", o.ep.model_path,
+               tp_threads(), strata_kv_name(strata_kv_type(e)),
+               cpu_matmul_int8_activations() ? "int8" : "float");
+        report(&pr, &de, strata_model(e)->output.type);
     } else {
         fprintf(stderr, "strata-cli bench --profile: %s\n", err.msg);
     }
