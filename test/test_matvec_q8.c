@@ -163,7 +163,8 @@ START_TEST(kernels_match_float64_on_the_codes)
 }
 END_TEST
 
-/* cpu_matmul_fast on the int8 path (both kernel sets): a batch of 9 rows
+/* cpu_matmul_fast on the int8 path (AVX2; the scalar level keeps float
+ * activations, run here too): a batch of 9 rows
  * (tiles of 4, 4, 1) on 1, 2 and 3 threads gives bitwise what one row at a
  * time gives. */
 START_TEST(q8_path_is_invariant)

@@ -46,9 +46,10 @@ typedef void (*q8_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, in
 q8_rows_fn q8_rows_scalar(int type); /* dot_q8_scalar.c */
 q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_avx2.c; NULL off x86-64 */
 
-/* Whether cpu_matmul_fast quantizes activations: -1 the default (yes,
- * unless STRATA_MATMUL_F32=1), 0 float activations everywhere, 1 int8
- * where a kernel exists.  Returns the setting in effect.  For tests and
+/* Whether cpu_matmul_fast quantizes activations (on a CPU with AVX2; the
+ * plain C twins are the tests' reference): -1 the default (yes, unless
+ * STRATA_MATMUL_F32=1), 0 float activations everywhere, 1 int8 where a
+ * kernel exists.  Returns the setting in effect.  For tests and
  * benchmarks; call it while no matmul runs. */
 int cpu_matmul_fast_set_q8(int on);
 

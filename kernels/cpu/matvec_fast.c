@@ -6,7 +6,7 @@
  *    into tasks of whole rows handed out dynamically (a loaded machine
  *    slows threads unevenly); small products stay on the calling thread,
  *    where waking a worker would cost more than it saves.
- *  - Activations: for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
+ *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
  *    quantized once per call to int8 blocks of 32 (act_q8.h) and the
  *    weights are dotted against the codes in integers (dot_q8_*.c); the
  *    other types (and all of them with STRATA_MATMUL_F32=1) keep float
@@ -82,7 +82,7 @@ static int q8_level(void)
     return l;
 }
 
-int cpu_matmul_int8_activations(void) { return q8_level(); }
+int cpu_matmul_int8_activations(void) { return q8_level() && isa_level(); }
 
 int cpu_matmul_fast_set_q8(int on)
 {
@@ -217,16 +217,14 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
         .rows = rows, .cols = cols, .n = n, .chunk = rows,
         .x = x, .y = y, .dot = avx2 ? fast_dot_f32_avx2 : fast_dot_f32,
     };
-    if (q8_level() && cols % 32 == 0) {
-        q8_rows_fn k = avx2 ? q8_rows_avx2(type) : q8_rows_scalar(type);
+    /* int8 activations with AVX2 only: the plain C twins are the tests'
+     * reference, and without maddubs the float kernels are as quick */
+    if (q8_level() && avx2 && cols % 32 == 0) {
+        q8_rows_fn k = q8_rows_avx2(type);
         act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32))) : NULL;
         if (xq) {
-            for (int64_t i = 0; i < n; i++) {
-                if (avx2)
-                    act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
-                else
-                    act_q8_quantize(x + i * cols, cols, xq + i * (cols / 32));
-            }
+            for (int64_t i = 0; i < n; i++)
+                act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
             j.q8 = k;
             j.xq = xq;
         }
