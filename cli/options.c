@@ -340,7 +340,7 @@ static const opt_help opt_help_lines[] = {
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
      "  --kv k8v4|k8v4r|f16     KV cache format (default k8v4: K Q8_0, V Q4_0; k8v4r:\n"
      "                          the same after a Hadamard rotation per head; run and\n"
-     "                          chat on the demo model: f16)\n"
+     "                          chat on the demo model, CPU, STRATA_MATMUL_F32=1: f16)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
@@ -433,11 +433,12 @@ int cli_opts_demo_defaults(cli_opts *o)
      * logits.  On the CPU the f16 cache keeps "What is the capital of
      * France?" -> Paris and k8v4 loses it; on the card, whose matvecs take
      * fp16/int8 activations (logits ~1e-2 from the CPU's), f16 lost it and
-     * k8v4 kept it (README, "The demo model").  So: f16 on the CPU, k8v4 on
-     * the card. */
+     * k8v4 kept it (README, "The demo model").  The CPU's matmuls take int8
+     * activations too unless STRATA_MATMUL_F32=1, and then answer as the
+     * card does.  So: f16 only on the CPU with float activations. */
     int on_card = o->ep.backend == STRATA_BACKEND_CUDA ||
                   (o->ep.backend == STRATA_BACKEND_AUTO && strata_cuda_available(NULL));
-    int want = on_card ? STRATA_KV_K8V4 : STRATA_KV_F16;
+    int want = on_card || cpu_matmul_int8_activations() ? STRATA_KV_K8V4 : STRATA_KV_F16;
     int changed = 0;
     if (!o->kv_given && o->ep.kv_type != want) {
         o->ep.kv_type = want;

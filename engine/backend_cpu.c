@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "kernels/cpu/threadpool.h"
 
 /* Touch the mapped weights page by page so the load shows progress and the
  * first token does not pay for page faults; p->load_cancel (Ctrl-C) can stop
@@ -54,6 +55,10 @@ static int cpu_device_free(int dev, uint64_t *bytes, strata_error *err)
 static int cpu_init(strata_engine *e, strata_error *err)
 {
     int rc = prefault(e->m, &e->p, err);
+    /* -t N: the matmul pool's size (process-wide; 0 keeps STRATA_THREADS or
+     * the CPU count) */
+    if (!rc && e->p.n_threads > 0 && e->p.n_threads != tp_threads())
+        tp_set_threads(e->p.n_threads);
     return rc ? rc : cpu_scratch_init(&e->cpu, e->m, e->max_rows, err);
 }
 

@@ -10,6 +10,7 @@
 #include "engine/engine_internal.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
+#include "engine/profile_cpu.h"
 #include "engine/trace.h"
 
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err)
@@ -56,7 +57,12 @@ void cpu_scratch_free(cpu_scratch *s)
 static void matmul(const weight *w, int64_t mat, const float *x, int n, float *y)
 {
     const char *data = (const char *)w->data + (uint64_t)mat * w->mat_bytes;
+    const int64_t t = PROF_T0();
     cpu_matmul_fast(w->type, data, w->rows, w->cols, x, n, y);
+    if (cpu_prof_on) {
+        cpu_prof.matmul_ns[w->type] += cpu_prof_now() - t;
+        cpu_prof.matmul_calls[w->type]++;
+    }
 }
 
 static void add_bias(float *y, const float *b, int n_rows, int64_t dim)
@@ -83,8 +89,10 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
         rp.freq_scale = 1.0f;
     }
 
+    int64_t t = PROF_T0();
     for (int r = 0; r < n; r++)
         cpu_rmsnorm(s->x + r * D, L->attn_norm, D, hp->eps, s->xb + r * D);
+    PROF_ADD(op_ns[PROF_NORM], t);
     matmul(&L->wq, 0, s->xb, n, s->q);
     matmul(&L->wk, 0, s->xb, n, s->k);
     matmul(&L->wv, 0, s->xb, n, s->v);
@@ -94,17 +102,22 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
         trace_vec("k", il, s->k, dkv);
         trace_vec("v", il, s->v, dkv);
     }
+    t = PROF_T0();
     add_bias(s->q, L->bq, n, dq);
     add_bias(s->k, L->bk, n, dkv);
     add_bias(s->v, L->bv, n, dkv);
     int lk = il - st->l0; /* layer index within the stage's KV pool */
     int rot = engine_kv_rotated(e->p.kv_type);
+    PROF_ADD(op_ns[PROF_ELEM], t);
     for (int r = 0; r < n; r++) {
         float *q = s->q + r * dq, *k = s->k + r * dkv;
+        t = PROF_T0();
         if (L->q_norm)
             cpu_rmsnorm_heads(q, L->q_norm, hp->n_head, hp->head_dim, hp->eps);
         if (L->k_norm)
             cpu_rmsnorm_heads(k, L->k_norm, hp->n_head_kv, hp->head_dim, hp->eps);
+        PROF_ADD(op_ns[PROF_NORM], t);
+        t = PROF_T0();
         cpu_rope(q, hp->n_head, hp->head_dim, rows[r].pos, &rp);
         cpu_rope(k, hp->n_head_kv, hp->head_dim, rows[r].pos, &rp);
         if (rot) { /* k8v4r: q, k, v into the rotated basis (kernels/cpu/rotate.c) */
@@ -112,31 +125,38 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_kv_rotate(k, hp->n_head_kv, hp->head_dim);
             cpu_kv_rotate(s->v + r * dkv, hp->n_head_kv, hp->head_dim);
         }
+        PROF_ADD(op_ns[PROF_ROPE], t);
+        t = PROF_T0();
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
         cpu_kv_store(&kv, rows[r].pos, k, s->v + r * dkv);
+        PROF_ADD(op_ns[PROF_KVSTORE], t);
     }
     /* Every row's K/V is stored first; a row at position p then reads
      * positions 0..p, which is the causal mask within a chunk. */
     float scale = hp->attn_scale;
+    t = PROF_T0();
     for (int r = 0; r < n; r++) {
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
         /* A windowed layer's query at p sees keys p - window < t <= p. */
         int32_t t0 = window ? rows[r].pos + 1 - window : 0;
-        cpu_attention_window(s->q + r * dq, hp->n_head, &kv, t0, rows[r].pos + 1, scale,
-                             s->att + r * dq);
+        cpu_attention_fast_window(s->q + r * dq, hp->n_head, &kv, t0, rows[r].pos + 1, scale,
+                                  s->att + r * dq);
         if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
             cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
     }
+    PROF_ADD(op_ns[PROF_ATTN], t);
     if (trace_on()) {
         trace_vec("q_rope", il, s->q, dq);
         trace_vec("att", il, s->att, dq);
     }
     matmul(&L->wo, 0, s->att, n, s->xb);
+    t = PROF_T0();
     for (int r = 0; r < n; r++) {
         if (L->post_attn_norm) /* gemma3: the block's output is normed before the add */
             cpu_rmsnorm(s->xb + r * D, L->post_attn_norm, D, hp->eps, s->xb + r * D);
         cpu_add(s->x + r * D, s->xb + r * D, D);
     }
+    PROF_ADD(op_ns[PROF_ELEM], t);
 }
 
 /* Dense SwiGLU FFN on the normed rows in xb; result added to x. */
@@ -146,16 +166,20 @@ static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
     int64_t D = e->m->hp.n_embd, F = L->gate.rows;
     matmul(&L->gate, 0, s->xb, n, s->hb);
     matmul(&L->up, 0, s->xb, n, s->hb2);
+    int64_t t = PROF_T0();
     if (e->m->hp.ffn_gelu)
         cpu_geglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
     else
         cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
+    PROF_ADD(op_ns[PROF_ELEM], t);
     matmul(&L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
+    t = PROF_T0();
     for (int r = 0; r < n; r++) {
         if (L->post_ffn_norm)
             cpu_rmsnorm(s->att + r * D, L->post_ffn_norm, D, e->m->hp.eps, s->att + r * D);
         cpu_add(s->x + r * D, s->att + r * D, D);
     }
+    PROF_ADD(op_ns[PROF_ELEM], t);
 }
 
 /* MoE FFN (doc/formats.md §4.5): cpu_moe_route (softmax over all experts,
@@ -194,21 +218,24 @@ void stage_forward_cpu(strata_engine *e, const stage *st, const fwd_row *rows, i
     const model *m = e->m;
     int64_t D = m->hp.n_embd;
     cpu_scratch *s = &e->cpu;
+    int64_t t = PROF_T0();
     if (st->index == 0)
-        for (int r = 0; r < n; r++)
-        {
+        for (int r = 0; r < n; r++) {
             cpu_embed(m->tok_embd.type, m->tok_embd.data, D, rows[r].token, s->x + r * D);
             if (m->hp.embd_scale != 1.0f) /* gemma3: sqrt(n_embd), rounded to float */
                 for (int64_t i = 0; i < D; i++)
                     s->x[r * D + i] *= m->hp.embd_scale;
         }
+    PROF_ADD(op_ns[PROF_ELEM], t);
     if (trace_on() && st->index == 0)
         trace_vec("embed", -1, s->x, D);
     for (int il = st->l0; il < st->l1; il++) {
         const layer_weights *L = &m->layers[il];
         attention_block(e, st, il, rows, n);
+        t = PROF_T0();
         for (int r = 0; r < n; r++)
             cpu_rmsnorm(s->x + r * D, L->ffn_norm, D, m->hp.eps, s->xb + r * D);
+        PROF_ADD(op_ns[PROF_NORM], t);
         if (trace_on())
             trace_vec("h", il, s->x, D);
         if (m->hp.n_expert)
@@ -229,10 +256,16 @@ void head_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *l
     for (int r = 0; r < n; r++) {
         if (rows[r].logits < 0)
             continue;
+        int64_t t = PROF_T0();
         cpu_rmsnorm(s->x + r * D, m->output_norm, D, m->hp.eps, s->xb);
-        matmul(&m->output, 0, s->xb, 1, logits + (size_t)rows[r].logits * V);
+        PROF_ADD(op_ns[PROF_NORM], t);
+        t = PROF_T0();
+        /* not matmul(): the head has its own line in the profile */
+        cpu_matmul_fast(m->output.type, m->output.data, m->output.rows, m->output.cols, s->xb, 1,
+                        logits + (size_t)rows[r].logits * V);
         if (m->hp.final_softcap > 0.0f)
             cpu_softcap(logits + (size_t)rows[r].logits * V, V, m->hp.final_softcap);
+        PROF_ADD(op_ns[PROF_HEAD], t);
         if (trace_on() && !decode)
             trace_vec("logits", r, logits + (size_t)rows[r].logits * V, V);
     }

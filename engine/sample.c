@@ -69,6 +69,42 @@ static int cmp_desc(const void *a, const void *b)
     return x->id - y->id; /* lower id first on ties: deterministic */
 }
 
+/* Heap of the k best candidates seen so far with the worst (in cmp_desc's
+ * order) at the root. */
+static void sift_down(struct cand *c, int k, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && cmp_desc(&c[l], &c[w]) > 0)
+            w = l;
+        if (r < k && cmp_desc(&c[r], &c[w]) > 0)
+            w = r;
+        if (w == i)
+            return;
+        struct cand t = c[i];
+        c[i] = c[w];
+        c[w] = t;
+        i = w;
+    }
+}
+
+/* The k best of n candidates into c[0..k), sorted as qsort with cmp_desc
+ * sorts them (the order is total: ties go by id), in O(n log k) instead of
+ * sorting the whole vocabulary: a top-k of 40 over 150K logits took
+ * milliseconds per token with qsort. */
+static void top_k_sorted(struct cand *c, int n, int k)
+{
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sift_down(c, k, i);
+    for (int i = k; i < n; i++) {
+        if (cmp_desc(&c[i], &c[0]) < 0) {
+            c[0] = c[i];
+            sift_down(c, k, 0);
+        }
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+}
+
 int32_t sampler_sample(sampler *s, float *logits, int n_vocab, const int32_t *history,
                        int n_history)
 {
@@ -85,9 +121,12 @@ int32_t sampler_sample(sampler *s, float *logits, int n_vocab, const int32_t *hi
     int n = n_vocab;
     for (int i = 0; i < n; i++)
         s->cand[i] = (struct cand){logits[i], i};
-    qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_desc);
-    if (s->p.top_k > 0 && s->p.top_k < n)
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        top_k_sorted(s->cand, n, s->p.top_k);
         n = s->p.top_k;
+    } else {
+        qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_desc);
+    }
     /* Probabilities at temperature 1 for the top-p / min-p cuts, as
      * llama.cpp applies them before the temperature. */
     double mx = s->cand[0].logit, sum = 0.0;

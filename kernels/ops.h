@@ -28,6 +28,10 @@ void cpu_matmul(int type, const void *w, int64_t rows, int64_t cols,
  * cpu_matmul within the tolerance stated in test/test_matvec.c. */
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
                      const float *x, int64_t n, float *y);
+/* 1 if cpu_matmul_fast quantizes activations to int8 for the types that
+ * have such kernels (the default on a CPU with AVX2; STRATA_MATMUL_F32=1
+ * turns it off). */
+int cpu_matmul_int8_activations(void);
 
 /* out[cols] = row `token` of an embedding table stored like a weight. */
 void cpu_embed(int type, const void *table, int64_t cols, int32_t token,
@@ -156,5 +160,14 @@ void cpu_attention(const float *q, int n_head, const kv_view *kv,
  * this with t0 = 0, so both sum in the same order. */
 void cpu_attention_window(const float *q, int n_head, const kv_view *kv, int32_t t0,
                           int32_t n_ctx, float scale, float *out);
+/* The same, fast (kernels/cpu/attention_fast.c): straight from the cache's
+ * codes, in float, heads over the thread pool; within the tolerance of
+ * test/test_attention_fast.c of cpu_attention. */
+void cpu_attention_fast(const float *q, int n_head, const kv_view *kv,
+                        int32_t n_ctx, float scale, float *out);
+/* cpu_attention_fast over positions t0..n_ctx-1 only (cpu_attention_window's
+ * fast twin; cpu_attention_fast is this with t0 = 0). */
+void cpu_attention_fast_window(const float *q, int n_head, const kv_view *kv, int32_t t0,
+                               int32_t n_ctx, float scale, float *out);
 
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/strata.h"
+#include "kernels/cpu/act_q8.h"
 #include "kernels/ops.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -213,6 +214,9 @@ static int argmax_f64(const double *x, int n)
 static void compare_with_ref(const char *model, const int32_t *toks, int n, int chunk, double tol,
                              int greedy)
 {
+    /* the forward pass's arithmetic is judged on float activations, as in
+     * test_engine.c (int8 activations have their own bound there) */
+    cpu_matmul_fast_set_q8(0);
     strata_params p = test_params(model, STRATA_BACKEND_CPU);
     p.kv_type = STRATA_KV_F16;
     p.n_chunk = chunk;
@@ -261,6 +265,7 @@ static void compare_with_ref(const char *model, const int32_t *toks, int n, int 
     free(lg);
     free(ref);
     strata_close(e);
+    cpu_matmul_fast_set_q8(-1);
 }
 
 /* The real 270M model: a prompt tokenized by strata (the tokenizer is not

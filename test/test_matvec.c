@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/act_q8.h"
 #include "kernels/cpu/dot_kernels.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
@@ -110,10 +111,13 @@ END_TEST
  * instead of two roundings; the float types sum 256-element chunks in f32
  * then double.  Error ~ sqrt(terms per lane) *
  * 2^-24 * sum|w x|, < 1e-6 of it for these rows; 1e-5 leaves a wide
- * margin (a rounding-order bug is off by far more). */
+ * margin (a rounding-order bug is off by far more).  With float
+ * activations: the int8 ones of act_q8.h have their own test and bound
+ * (test_matvec_q8.c). */
 START_TEST(fast_matches_reference)
 {
     const int64_t rows = 203, cols = 768, n = 5; /* odd rows: uneven thread split */
+    cpu_matmul_fast_set_q8(0);
     float *x = malloc(n * cols * sizeof *x);
     float *y = malloc(n * rows * sizeof *y), *yf = malloc(n * rows * sizeof *yf);
     float *wf = malloc(rows * cols * sizeof *wf);
@@ -144,6 +148,7 @@ START_TEST(fast_matches_reference)
         }
     }
     cpu_matmul_fast_set_isa(-1);
+    cpu_matmul_fast_set_q8(-1);
     free(x);
     free(y);
     free(yf);

@@ -97,6 +97,43 @@ START_TEST(top_k_keeps_k)
 }
 END_TEST
 
+/* Top-k picks its k by a heap, not a full sort: with many tied logits the
+ * k kept are still the k first in (logit descending, id ascending) order,
+ * as the full sort keeps them: every draw is one of them, and at a high
+ * temperature each of them is drawn. */
+START_TEST(top_k_with_ties_keeps_the_sorted_first_k)
+{
+    enum { K = 8 };
+    sampler_params p = plain(50.0f);
+    p.top_k = K;
+    sampler s;
+    sampler_init(&s, &p);
+    float x[V], y[V];
+    logits_fill(x, 9);
+    for (int i = 0; i < V; i++)
+        x[i] = roundf(x[i]); /* a handful of values: ties everywhere */
+    int32_t top[K];
+    memcpy(y, x, sizeof x);
+    for (int k = 0; k < K; k++) { /* argmax takes the lowest id on ties */
+        top[k] = argmax(y);
+        y[top[k]] = -INFINITY;
+    }
+    int seen[K] = {0};
+    for (int i = 0; i < 2000; i++) {
+        memcpy(y, x, sizeof x);
+        int32_t t = sampler_sample(&s, y, V, NULL, 0);
+        int in = 0;
+        for (int k = 0; k < K; k++)
+            if (t == top[k])
+                in = seen[k] = 1;
+        ck_assert_msg(in, "token %d (logit %g) outside the sorted top %d", t, x[t], K);
+    }
+    for (int k = 0; k < K; k++)
+        ck_assert_msg(seen[k], "token %d of the top %d never drawn", top[k], K);
+    sampler_free(&s);
+}
+END_TEST
+
 /* A dominant token with top-p 0.5 or min-p 0.5 is always chosen. */
 START_TEST(top_p_and_min_p_cut)
 {
@@ -181,6 +218,7 @@ static Suite *sample_suite(void)
     tcase_add_test(tc, greedy_is_argmax);
     tcase_add_test(tc, same_seed_same_tokens);
     tcase_add_test(tc, top_k_keeps_k);
+    tcase_add_test(tc, top_k_with_ties_keeps_the_sorted_first_k);
     tcase_add_test(tc, top_p_and_min_p_cut);
     tcase_add_test(tc, repetition_penalty);
     tcase_add_test(tc, uniform_in_range_and_seeded);

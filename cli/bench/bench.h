@@ -25,6 +25,7 @@ void bench_clients_usage(FILE *f);
 void bench_conversations_usage(FILE *f);
 void bench_model_usage(FILE *f);
 void bench_workload_usage(FILE *f);
+void bench_profile_usage(FILE *f);
 
 /* The shared options each mode reads (cli/options.h); -c is listed by the
  * modes themselves, since each sizes the context its own way. */
@@ -56,6 +57,8 @@ int bench_conversations(int argc, char **argv);
 /* --workload: served conversations and what parking costs in them
  * (bench_workload.c) */
 int bench_workload(int argc, char **argv);
+/* --profile: the CPU forward pass op by op (bench_profile.c) */
+int bench_profile(int argc, char **argv);
 /* the default mode, -m MODEL: prompt and decode rates (cmd_bench.c) */
 int bench_model(int argc, char **argv);
 

@@ -55,6 +55,8 @@ static const bench_mode bench_modes[] = {
      "parked conversations returning (cache)", 0},
     {"--workload", bench_workload, bench_workload_usage,
      "served conversations: parking's costs inside them", 0},
+    {"--profile", bench_profile, bench_profile_usage,
+     "the CPU forward pass op by op: each op's share of a prompt token and a decode step", 0},
 };
 #define N_BENCH_MODES (sizeof bench_modes / sizeof bench_modes[0])
 

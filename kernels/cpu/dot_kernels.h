@@ -64,5 +64,15 @@ int fast_cpu_avx2_ok(void);
  * 0 scalar, 1 AVX2 (ignored without it).  Returns the level in effect.
  * For tests and benchmarks; call it while no matmul runs. */
 int cpu_matmul_fast_set_isa(int level);
+/* The level in effect (0 scalar, 1 AVX2): the other fast paths follow it. */
+int cpu_fast_isa(void);
+
+/* cpu_attention_fast with the twin chosen by the caller (avx2: 1 the AVX2
+ * twin where the CPU has it, 0 the plain C one); for tests. */
+struct kv_view;
+void cpu_attention_fast_isa(const float *q, int n_head, const struct kv_view *kv, int32_t n_ctx,
+                            float scale, float *out, int avx2);
+void cpu_attention_fast_window_isa(const float *q, int n_head, const struct kv_view *kv,
+                                   int32_t t0, int32_t n_ctx, float scale, float *out, int avx2);
 
 #endif

@@ -6,6 +6,12 @@
  *    into tasks of whole rows handed out dynamically (a loaded machine
  *    slows threads unevenly); small products stay on the calling thread,
  *    where waking a worker would cost more than it saves.
+ *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
+ *    quantized once per call to int8 blocks of 32 (act_q8.h) and the
+ *    weights are dotted against the codes in integers (dot_q8_*.c); the
+ *    other types (and all of them with STRATA_MATMUL_F32=1) keep float
+ *    activations.  The codes live in a per-thread buffer that grows to the
+ *    largest call and is then reused: no allocation in a step.
  *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
  *    K-quants, the IQ2/IQ3/IQ4_XS types) decodes each 32-weight sub-block
  *    straight into registers and multiply-accumulates it with every
@@ -20,8 +26,12 @@
  * Results differ from the reference by f32 partial sums: the tolerance is
  * in test/test_matvec.c. */
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "kernels/cpu/act_q8.h"
 #include "kernels/cpu/dot_kernels.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
@@ -49,6 +59,8 @@ static int isa_level(void)
     return l;
 }
 
+int cpu_fast_isa(void) { return isa_level(); }
+
 int cpu_matmul_fast_set_isa(int level)
 {
     const int l = level != 0 && fast_cpu_avx2_ok() ? 1 : 0;
@@ -56,7 +68,72 @@ int cpu_matmul_fast_set_isa(int level)
     return l;
 }
 
+/* -1: not chosen yet; 0 float activations; 1 int8 where a kernel exists */
+static atomic_int fast_q8 = -1;
+
+static int q8_level(void)
+{
+    int l = atomic_load_explicit(&fast_q8, memory_order_relaxed);
+    if (l < 0) {
+        const char *e = getenv("STRATA_MATMUL_F32");
+        l = e && !strcmp(e, "1") ? 0 : 1;
+        atomic_store_explicit(&fast_q8, l, memory_order_relaxed);
+    }
+    return l;
+}
+
+int cpu_matmul_int8_activations(void) { return q8_level() && isa_level(); }
+
+int cpu_matmul_fast_set_q8(int on)
+{
+    atomic_store(&fast_q8, on);
+    return q8_level();
+}
+
+/* The calling thread's buffer for quantized activations, grown on demand
+ * and freed when the thread ends. */
+typedef struct q8_buf {
+    act_q8 *p;
+    size_t cap;
+} q8_buf;
+
+static pthread_key_t q8_key;
+static pthread_once_t q8_once = PTHREAD_ONCE_INIT;
+
+static void q8_buf_free(void *v)
+{
+    q8_buf *b = v;
+    free(b->p);
+    free(b);
+}
+
+static void q8_key_init(void) { (void)pthread_key_create(&q8_key, q8_buf_free); }
+
+/* NULL if out of memory (the caller then keeps float activations). */
+static act_q8 *q8_scratch(size_t blocks)
+{
+    pthread_once(&q8_once, q8_key_init);
+    q8_buf *b = pthread_getspecific(q8_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b || pthread_setspecific(q8_key, b)) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->cap < blocks) {
+        act_q8 *p = realloc(b->p, blocks * sizeof *p);
+        if (!p)
+            return NULL;
+        b->p = p;
+        b->cap = blocks;
+    }
+    return b->p;
+}
+
 typedef struct fast_job {
+    q8_rows_fn q8;          /* non-NULL: int8 activations in xq */
+    const act_q8 *xq;       /* n x cols/32 blocks */
     fast_rows_fn kern;      /* NULL: the decode-a-chunk fallback */
     const type_traits *t;
     const uint8_t *w;       /* rows x row_bytes */
@@ -95,6 +172,15 @@ static void chunk_rows(const fast_job *j, int64_t r0, int64_t r1)
 
 static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
+    if (j->q8) {
+        const int64_t step = j->n > 1 ? FAST_L1_ROWS : r1 - r0;
+        for (int64_t r = r0; r < r1; r += step) {
+            const int64_t nr = r1 - r < step ? r1 - r : step;
+            j->q8(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq, j->n,
+                  j->y + r, j->rows);
+        }
+        return;
+    }
     if (!j->kern) {
         chunk_rows(j, r0, r1);
         return;
@@ -131,6 +217,18 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
         .rows = rows, .cols = cols, .n = n, .chunk = rows,
         .x = x, .y = y, .dot = avx2 ? fast_dot_f32_avx2 : fast_dot_f32,
     };
+    /* int8 activations with AVX2 only: the plain C twins are the tests'
+     * reference, and without maddubs the float kernels are as quick */
+    if (q8_level() && avx2 && cols % 32 == 0) {
+        q8_rows_fn k = q8_rows_avx2(type);
+        act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32))) : NULL;
+        if (xq) {
+            for (int64_t i = 0; i < n; i++)
+                act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
+            j.q8 = k;
+            j.xq = xq;
+        }
+    }
     if (rows * cols * n < FAST_INLINE_WORK || rows < 2 * FAST_MIN_ROWS) {
         fast_rows(&j, 0, rows);
         return;

@@ -1,0 +1,56 @@
+/* act_q8.h: int8 activations for the fused block kernels (internal to
+ * kernels/cpu and its tests).
+ *
+ * cpu_matmul_fast quantizes each activation row once per call into blocks
+ * of 32 (the same grid every weight type's sub-blocks sit on, 256-weight
+ * super-blocks included) and the weight blocks are dotted against the int8
+ * codes in integers (AVX2: maddubs), with one float multiply per 32
+ * weights.  Recipe: d = max|x| / 127, q = nearbyint(x / d) (round half to
+ * even, which the AVX2 quantizer reproduces bit for bit), s = d * sum(q),
+ * which carries the terms a weight type adds per block (Q4_1's minimum,
+ * the -8 / -16 offsets of Q4_0 / Q5_0, Q4_K's minima).
+ *
+ * One block format for every type, not ggml's Q8_K for the 256-weight
+ * types: a row is quantized once for whatever types the matrices it meets
+ * have, and a scale per 32 values is closer to the floats than one per
+ * 256 (the accuracy cost is stated in test/test_matvec_q8.c).
+ *
+ * A q8 rows kernel computes y[i * ystride + r] = sum_c W[r][c] * x_i[c]
+ * for nrows weight rows and n quantized activation rows.  Per output
+ * element: an exact int32 dot per 32-block, scaled by the weight's and
+ * the activation's d into float accumulators in block order, plus the
+ * s terms summed apart: the same operations whatever n or the thread, so
+ * the invariance rule holds.  The scalar and AVX2 twins differ only in
+ * the order of the float adds. */
+#ifndef STRATA_ACT_Q8_H
+#define STRATA_ACT_Q8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct act_q8 {
+    float d;       /* scale */
+    float s;       /* d * sum(q) */
+    int8_t q[32];
+} act_q8;
+
+/* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
+void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
+void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
+
+typedef void (*q8_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                           const act_q8 *x, int64_t n, float *y, int64_t ystride);
+
+/* The kernel for a weight type, or NULL (then cpu_matmul_fast keeps float
+ * activations): Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K. */
+q8_rows_fn q8_rows_scalar(int type); /* dot_q8_scalar.c */
+q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_avx2.c; NULL off x86-64 */
+
+/* Whether cpu_matmul_fast quantizes activations (on a CPU with AVX2; the
+ * plain C twins are the tests' reference): -1 the default (yes, unless
+ * STRATA_MATMUL_F32=1), 0 float activations everywhere, 1 int8 where a
+ * kernel exists.  Returns the setting in effect.  For tests and
+ * benchmarks; call it while no matmul runs. */
+int cpu_matmul_fast_set_q8(int on);
+
+#endif

@@ -1,0 +1,174 @@
+/* dot_q8_scalar.c: the activation quantizer and the plain C twins of the
+ * int8-activation kernels (kernels/cpu/act_q8.h; AVX2 twins in
+ * dot_q8_avx2.c).
+ *
+ * Each weight type is described by one function, blk_NAME: the 32 integer
+ * weights of sub-block s as the kernel multiplies them (w[]), a multiplier
+ * for each half of 16 (mul[], Q6_K's per-16 scales, 1 elsewhere), the
+ * float factor of the integer dot (dw) and the float factor of the
+ * activation block's s (cw).  A block then adds (float)idot * (dw * x.d)
+ * to the accumulator and cw * x.s to the correction sum. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/act_q8.h"
+#include "model/quant.h"
+
+void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq)
+{
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            float r = nearbyintf(xb[j] * id);
+            r = r == r ? (r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r) : 0.0f;
+            xq[b].q[j] = (int8_t)r;
+            sum += xq[b].q[j];
+        }
+        xq[b].d = d;
+        xq[b].s = d * (float)sum;
+    }
+}
+
+static uint16_t ld16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+typedef struct wblk {
+    int w[32];
+    int mul[2];
+    float dw, cw;
+} wblk;
+
+static void blk_q4_0(const uint8_t *row, int64_t s, wblk *o)
+{
+    const uint8_t *b = row + s * sizeof(block_q4_0);
+    const float d = fp16_to_f32(ld16(b));
+    for (int j = 0; j < 16; j++) {
+        o->w[j] = b[2 + j] & 15;
+        o->w[j + 16] = b[2 + j] >> 4;
+    }
+    o->mul[0] = o->mul[1] = 1;
+    o->dw = d;
+    o->cw = -8.0f * d;
+}
+
+static void blk_q4_1(const uint8_t *row, int64_t s, wblk *o)
+{
+    const uint8_t *b = row + s * sizeof(block_q4_1);
+    for (int j = 0; j < 16; j++) {
+        o->w[j] = b[4 + j] & 15;
+        o->w[j + 16] = b[4 + j] >> 4;
+    }
+    o->mul[0] = o->mul[1] = 1;
+    o->dw = fp16_to_f32(ld16(b));
+    o->cw = fp16_to_f32(ld16(b + 2));
+}
+
+static void blk_q5_0(const uint8_t *row, int64_t s, wblk *o)
+{
+    const uint8_t *b = row + s * sizeof(block_q5_0);
+    const float d = fp16_to_f32(ld16(b));
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    for (int j = 0; j < 16; j++) {
+        o->w[j] = (b[6 + j] & 15) | ((qh >> j) & 1) << 4;
+        o->w[j + 16] = (b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+    }
+    o->mul[0] = o->mul[1] = 1;
+    o->dw = d;
+    o->cw = -16.0f * d;
+}
+
+static void blk_q8_0(const uint8_t *row, int64_t s, wblk *o)
+{
+    const uint8_t *b = row + s * sizeof(block_q8_0);
+    for (int j = 0; j < 32; j++)
+        o->w[j] = (int8_t)b[2 + j];
+    o->mul[0] = o->mul[1] = 1;
+    o->dw = fp16_to_f32(ld16(b));
+    o->cw = 0.0f;
+}
+
+static void blk_q4_k(const uint8_t *row, int64_t s, wblk *o)
+{
+    const block_q4_k *b = (const block_q4_k *)(row + (s >> 3) * sizeof(block_q4_k));
+    const int ib = (int)(s & 7);
+    int sc, mn;
+    q4_k_scale_min(ib, b->scales, &sc, &mn);
+    const uint8_t *q = b->qs + 32 * (ib / 2);
+    for (int j = 0; j < 32; j++)
+        o->w[j] = ib & 1 ? q[j] >> 4 : q[j] & 15;
+    o->mul[0] = o->mul[1] = 1;
+    o->dw = fp16_to_f32(ld16((const uint8_t *)&b->d)) * (float)sc;
+    o->cw = -fp16_to_f32(ld16((const uint8_t *)&b->dmin)) * (float)mn;
+}
+
+static void blk_q6_k(const uint8_t *row, int64_t s, wblk *o)
+{
+    const block_q6_k *b = (const block_q6_k *)(row + (s >> 3) * sizeof(block_q6_k));
+    const int ib = (int)(s & 7), h = ib / 4, qd = ib % 4;
+    const uint8_t *L = b->ql + 64 * h + 32 * (qd & 1), *H = b->qh + 32 * h;
+    for (int j = 0; j < 32; j++) {
+        const int lo = qd < 2 ? L[j] & 15 : L[j] >> 4;
+        o->w[j] = (lo | ((H[j] >> (2 * qd)) & 3) << 4) - 32;
+    }
+    o->mul[0] = b->scales[8 * h + 2 * qd];
+    o->mul[1] = b->scales[8 * h + 2 * qd + 1];
+    o->dw = fp16_to_f32(ld16((const uint8_t *)&b->d));
+    o->cw = 0.0f;
+}
+
+#define DEFINE_Q8_ROWS_SCALAR(NAME)                                                         \
+    static void q8rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
+                              int64_t cols, const act_q8 *x, int64_t n, float *y,           \
+                              int64_t ystride)                                              \
+    {                                                                                       \
+        const int64_t nsub = cols / 32;                                                     \
+        for (int64_t r = 0; r < nrows; r++) {                                               \
+            const uint8_t *row = w + r * row_bytes;                                         \
+            for (int64_t i = 0; i < n; i++) {                                               \
+                const act_q8 *xi = x + i * nsub;                                            \
+                float acc = 0.0f, corr = 0.0f;                                              \
+                for (int64_t s = 0; s < nsub; s++) {                                        \
+                    wblk b;                                                                 \
+                    blk_##NAME(row, s, &b);                                                 \
+                    int lo = 0, hi = 0;                                                     \
+                    for (int j = 0; j < 16; j++) {                                          \
+                        lo += b.w[j] * xi[s].q[j];                                          \
+                        hi += b.w[j + 16] * xi[s].q[j + 16];                                \
+                    }                                                                       \
+                    acc += (float)(lo * b.mul[0] + hi * b.mul[1]) * (b.dw * xi[s].d);       \
+                    corr += b.cw * xi[s].s;                                                 \
+                }                                                                           \
+                y[i * ystride + r] = acc + corr;                                            \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+DEFINE_Q8_ROWS_SCALAR(q4_0)
+DEFINE_Q8_ROWS_SCALAR(q4_1)
+DEFINE_Q8_ROWS_SCALAR(q5_0)
+DEFINE_Q8_ROWS_SCALAR(q8_0)
+DEFINE_Q8_ROWS_SCALAR(q4_k)
+DEFINE_Q8_ROWS_SCALAR(q6_k)
+
+q8_rows_fn q8_rows_scalar(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q8rows_q4_0;
+    case GGML_TYPE_Q4_1: return q8rows_q4_1;
+    case GGML_TYPE_Q5_0: return q8rows_q5_0;
+    case GGML_TYPE_Q8_0: return q8rows_q8_0;
+    case GGML_TYPE_Q4_K: return q8rows_q4_k;
+    case GGML_TYPE_Q6_K: return q8rows_q6_k;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,217 @@
+/* test_matvec_q8.c: suite "matvec_q8" — the int8-activation path of
+ * cpu_matmul_fast (kernels/cpu/act_q8.h, dot_q8_scalar.c, dot_q8_avx2.c).
+ *
+ * Judges and tolerances:
+ *  - the quantizer's two twins give the same bytes, and every code is
+ *    within half a step of its float: |x - d q| <= d / 2 (+ one rounding);
+ *  - each kernel, both twins, against float64 sums of the decoded weights
+ *    times the decoded activations (d * q): the kernels' integer dots are
+ *    exact, so only float adds remain: 1e-5 of sum |w x|, the bound the
+ *    float kernels have (test_matvec.c);
+ *  - the accuracy cost of the int8 activations, against float64 sums of
+ *    the weights times the float activations: each activation moves by at
+ *    most half its block's step, so |y - y_exact| <= sum_c |w_c| d_c / 2
+ *    (plus 1e-5 of sum |w x|); the mean relative error |y - y_exact| /
+ *    sum |w x| is printed and held below 1e-3 (measured on Gaussian
+ *    activations: 2.6e-4 for Q4_0 Q4_1 Q5_0 Q4_K, 3.0e-4 Q8_0, 3.2e-4
+ *    Q6_K; the float activations' kernels stay below 1e-6);
+ *  - cpu_matmul_fast on this path: a batch of 9 rows on 1, 2 and 3 threads
+ *    is bitwise one row at a time (the invariance rule). */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/act_q8.h"
+#include "kernels/cpu/dot_kernels.h"
+#include "kernels/cpu/threadpool.h"
+#include "kernels/ops.h"
+#include "model/quant.h"
+
+static const int q8_types[] = {
+    GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+};
+#define N_Q8_TYPES (sizeof q8_types / sizeof q8_types[0])
+
+/* Random bytes with finite, non-zero fp16 scales (and minima) in every
+ * block: every code and scale bit pattern the format allows. */
+static uint8_t *random_blocks(int type, int64_t rows, int64_t cols, uint64_t seed)
+{
+    const type_traits *t = type_traits_get(type);
+    const size_t nb = type_row_bytes(type, cols) * (size_t)rows;
+    uint8_t *w = malloc(nb);
+    uint64_t st = seed;
+    for (size_t i = 0; i < nb; i++)
+        w[i] = (uint8_t)test_rand_u64(&st);
+    int offs[2] = {0, -1};
+    if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q4_K)
+        offs[1] = 2;
+    if (type == GGML_TYPE_Q6_K)
+        offs[0] = 208;
+    for (size_t b = 0; b < nb / t->bytes; b++)
+        for (int k = 0; k < 2; k++)
+            if (offs[k] >= 0) {
+                float v = test_rand_normal(&st) * 0.01f;
+                uint16_t h = f32_to_fp16(v != 0.0f ? v : 0.01f);
+                memcpy(w + b * t->bytes + offs[k], &h, 2);
+            }
+    return w;
+}
+
+START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
+{
+    const int64_t cols = 4096;
+    float *x = malloc(cols * sizeof *x);
+    act_q8 *a = malloc(cols / 32 * sizeof *a), *b = malloc(cols / 32 * sizeof *b);
+    test_fill_normal(x, cols, 3.0f, 21);
+    x[5] = 0.0f;                 /* a zero inside a block */
+    for (int j = 64; j < 96; j++) /* an all-zero block: d = 0, codes 0 */
+        x[j] = 0.0f;
+    act_q8_quantize(x, cols, a);
+    for (int64_t blk = 0; blk < cols / 32; blk++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const float xv = x[32 * blk + j];
+            ck_assert_msg(fabsf(xv - a[blk].d * a[blk].q[j]) <= a[blk].d * 0.5f * (1 + 1e-6f),
+                          "block %lld elem %d: x %.9g code %d d %.9g", (long long)blk, j, xv,
+                          a[blk].q[j], a[blk].d);
+            sum += a[blk].q[j];
+        }
+        ck_assert(a[blk].s == a[blk].d * (float)sum);
+    }
+    ck_assert(a[2].d == 0.0f && a[2].s == 0.0f);
+    if (!fast_cpu_avx2_ok()) {
+        test_note_skip("quantizer_twins_agree (AVX2 twin)", "cpu", "CPU lacks AVX2/FMA/F16C");
+    } else {
+        act_q8_quantize_avx2(x, cols, b);
+        ck_assert_msg(!memcmp(a, b, cols / 32 * sizeof *a), "AVX2 quantizer differs from C");
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(kernels_match_float64_on_the_codes)
+{
+    const int64_t rows = 37, cols = 768, n = 5, nsub = cols / 32;
+    const int avx2 = fast_cpu_avx2_ok();
+    if (!avx2)
+        test_note_skip("kernels_match_float64_on_the_codes (AVX2 twins)", "cpu",
+                       "CPU lacks AVX2/FMA/F16C");
+    float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
+    float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
+    act_q8 *xq = malloc(n * nsub * sizeof *xq);
+    test_fill_normal(x, n * cols, 1.0f, 31);
+    for (int64_t i = 0; i < n; i++)
+        act_q8_quantize(x + i * cols, cols, xq + i * nsub);
+    for (int64_t i = 0; i < n * nsub; i++)
+        for (int j = 0; j < 32; j++)
+            xd[32 * i + j] = xq[i].d * xq[i].q[j];
+    double mean_rel = 0;
+    for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
+        const int type = q8_types[ti];
+        uint8_t *w = random_blocks(type, rows, cols, 700 + ti);
+        const size_t rb = type_row_bytes(type, cols);
+        type_traits_get(type)->dequant(w, wf, rows * cols);
+        double rel_sum = 0;
+        for (int tw = 0; tw <= avx2; tw++) {
+            q8_rows_fn k = tw ? q8_rows_avx2(type) : q8_rows_scalar(type);
+            ck_assert_msg(k != NULL, "%s has no %s q8 kernel", type_name(type), tw ? "AVX2" : "C");
+            for (int64_t nn = 1; nn <= n; nn++) {
+                k(w, rb, rows, cols, xq, nn, y, rows);
+                for (int64_t i = 0; i < nn; i++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        double on_codes = 0, exact = 0, mag = 0, step = 0;
+                        for (int64_t c = 0; c < cols; c++) {
+                            const double wv = wf[r * cols + c];
+                            on_codes += wv * xd[i * cols + c];
+                            exact += wv * x[i * cols + c];
+                            mag += fabs(wv * x[i * cols + c]);
+                            step += fabs(wv) * xq[i * nsub + c / 32].d * 0.5;
+                        }
+                        const double got = y[i * rows + r];
+                        ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
+                                      (long long)r);
+                        ck_assert_msg(fabs(got - on_codes) <= 1e-5 * mag,
+                                      "%s (%s) n=%lld row %lld tok %lld: %.9g, on the codes %.9g "
+                                      "(sum|wx| %g)", type_name(type), tw ? "avx2" : "C",
+                                      (long long)nn, (long long)r, (long long)i, got, on_codes, mag);
+                        ck_assert_msg(fabs(got - exact) <= step + 1e-5 * mag,
+                                      "%s (%s) row %lld tok %lld: %.9g, exact %.9g, bound %g",
+                                      type_name(type), tw ? "avx2" : "C", (long long)r,
+                                      (long long)i, got, exact, step + 1e-5 * mag);
+                        if (nn == n && !tw)
+                            rel_sum += fabs(got - exact) / mag;
+                    }
+            }
+        }
+        rel_sum /= (double)(n * rows);
+        printf("  %-5s int8 activations: mean |y - exact| / sum|wx| = %.2e\n", type_name(type),
+               rel_sum);
+        mean_rel = rel_sum > mean_rel ? rel_sum : mean_rel;
+        free(w);
+    }
+    ck_assert_msg(mean_rel < 1e-3, "mean relative error %.3g", mean_rel);
+    free(x);
+    free(xd);
+    free(wf);
+    free(y);
+    free(xq);
+}
+END_TEST
+
+/* cpu_matmul_fast on the int8 path (AVX2; the scalar level keeps float
+ * activations, run here too): a batch of 9 rows
+ * (tiles of 4, 4, 1) on 1, 2 and 3 threads gives bitwise what one row at a
+ * time gives. */
+START_TEST(q8_path_is_invariant)
+{
+    const int64_t rows = 203, cols = 768, n = 9;
+    float *x = malloc(n * cols * sizeof *x);
+    float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
+    test_fill_normal(x, n * cols, 1.0f, 41);
+    ck_assert_int_eq(cpu_matmul_fast_set_q8(1), 1);
+    for (int isa = 0; isa <= 1; isa++) {
+        if (cpu_matmul_fast_set_isa(isa) != isa)
+            continue;
+        for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
+            const int type = q8_types[ti];
+            uint8_t *w = random_blocks(type, rows, cols, 800 + ti);
+            tp_set_threads(1);
+            for (int64_t i = 0; i < n; i++)
+                cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
+            for (int nt = 1; nt <= 3; nt++) {
+                tp_set_threads(nt);
+                memset(yn, 0, n * rows * sizeof *yn);
+                cpu_matmul_fast(type, w, rows, cols, x, n, yn);
+                ck_assert_msg(!memcmp(y1, yn, n * rows * sizeof *yn),
+                              "%s (%s): batch of %lld on %d threads differs from one row at a time",
+                              type_name(type), isa ? "avx2" : "C", (long long)n, nt);
+            }
+            free(w);
+        }
+    }
+    tp_set_threads(0);
+    cpu_matmul_fast_set_isa(-1);
+    cpu_matmul_fast_set_q8(-1);
+    free(x);
+    free(y1);
+    free(yn);
+}
+END_TEST
+
+static Suite *matvec_q8_suite(void)
+{
+    Suite *s = suite_create("matvec_q8");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, quantizer_twins_agree_and_round_to_half_a_step);
+    tcase_add_test(tc, kernels_match_float64_on_the_codes);
+    tcase_add_test(tc, q8_path_is_invariant);
+    suite_add_tcase(s, tc);
+    return s;
+}
+TEST_SUITE(matvec_q8_suite)
