@@ -33,8 +33,14 @@ void quant_row_iq2_s(const float *src, void *dst, int64_t n, const float *imatri
 void quant_row_iq3_s(const float *src, void *dst, int64_t n, const float *imatrix);
 void quant_row_iq3_s_ggml(const float *src, void *dst, int64_t n, const float *imatrix);
 
-/* model/quantize_iq4xs.c */
+/* model/quantize_iq4xs.c (IQ4_NL: n a multiple of 32) */
 void quant_row_iq4_xs(const float *src, void *dst, int64_t n, const float *imatrix);
+void quant_row_iq4_nl(const float *src, void *dst, int64_t n, const float *imatrix);
+
+/* model/quantize_q5.c: ggml's reference Q5_0 / Q5_1 (n a multiple of 32;
+ * the importance matrix is not used) */
+void quant_row_q5_0(const float *src, void *dst, int64_t n, const float *imatrix);
+void quant_row_q5_1(const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* Fill the quant field of every entry of the traits table (count entries,
  * indexed by type id) that is NULL and has a quantizer above; called once
