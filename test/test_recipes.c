@@ -29,6 +29,7 @@
 #include "model/make/recipe.h"
 #include "model/quant.h"
 #include "test/testutil.h"
+#include "text/tokenizer.h"
 
 /* hi on the listed layers (space-separated), lo elsewhere. */
 typedef struct by_layer {
@@ -369,6 +370,139 @@ START_TEST(cli_imatrix_switches_rows_and_lowers_weighted_error)
 }
 END_TEST
 
+/* The whole file as a string (NULL if unreadable). */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    *len = fread(b, 1, (size_t)n, f);
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+/* imatrix on the demo model: layer 0's attn_q (and attn_k, attn_v) input
+ * is the attn_norm output, which depends on the token alone, so the file's
+ * means can be recomputed here from the text with the engine's own
+ * embedding and RMSNorm, without running the model. */
+START_TEST(imatrix_of_the_demo_model_equals_a_direct_computation)
+{
+    const char *cli = test_cli(), *demo = test_demo_model();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
+    if (!demo)
+        TEST_SKIP("model", "demo model not found (make model, or STRATA_MODEL)");
+    const char *d = test_tmpdir();
+    char text[1024], im_path[1024];
+    snprintf(text, sizeof text, "%s/test/data/gettysburg_declaration.txt", test_root());
+    snprintf(im_path, sizeof im_path, "%s/demo-im.gguf", d);
+    const int ctx = 48, chunks = 3;
+    char *out = run_ok("imatrix", "'%s' imatrix -m '%s' -f %s -c %d --chunks %d -o %s 2>&1", cli,
+                       demo, text, ctx, chunks, im_path);
+    printf("recipes: %s", out);
+    free(out);
+
+    strata_params p = test_params(demo, STRATA_BACKEND_CPU);
+    strata_engine *e = test_open(&p);
+    const model *m = strata_model(e);
+    const tokenizer *tok = strata_tokenizer(e);
+    size_t len = 0;
+    char *txt = slurp(text, &len);
+    ck_assert_ptr_nonnull(txt);
+    const int add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
+    tok_ids ids = {0};
+    strata_error err = {0};
+    ck_assert(tokenizer_encode(tok, txt, len, add_bos ? TOK_ENCODE_ADD_BOS : 0, &ids, &err) == 0);
+    const int64_t D = m->hp.n_embd;
+    double *sum = calloc((size_t)D, sizeof *sum);
+    float *x = malloc(sizeof(float) * D), *xn = malloc(sizeof(float) * D);
+    for (int w = 0; w < chunks; w++)
+        for (int i = 0; i < ctx; i++) {
+            int32_t t = ids.ids[(size_t)w * ctx + i];
+            if (i == 0 && add_bos)
+                t = tokenizer_bos(tok); /* each window starts with bos */
+            cpu_embed(m->tok_embd.type, m->tok_embd.data, D, t, x);
+            cpu_rmsnorm(x, m->layers[0].attn_norm, D, m->hp.eps, xn);
+            for (int64_t j = 0; j < D; j++)
+                sum[j] += (double)xn[j] * xn[j];
+        }
+    imatrix *im = NULL;
+    ck_assert_msg(imatrix_load(im_path, &im, &err) == 0, "%s", err.msg);
+    const char *names[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"};
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        int64_t cols;
+        int n_mat;
+        const float *v = imatrix_values(im, names[k], &cols, &n_mat);
+        ck_assert_msg(v && cols == D && n_mat == 1, "%s missing or misshapen", names[k]);
+        for (int64_t j = 0; j < D; j++) {
+            const double want = sum[j] / (chunks * ctx);
+            const double rel = fabs(v[j] - want) / want;
+            worst = rel > worst ? rel : worst;
+            ck_assert_msg(rel < 1e-5, "%s column %lld: file %.9g, direct %.9g", names[k],
+                          (long long)j, v[j], want);
+        }
+    }
+    printf("recipes: demo imatrix, layer 0 q/k/v input: worst relative difference %.3g over %lld "
+           "columns, %d tokens\n", worst, (long long)D, chunks * ctx);
+    /* the embedding and head are not recorded, as llama.cpp's imatrix */
+    int64_t c;
+    int nm;
+    ck_assert_ptr_null(imatrix_values(im, "token_embd.weight", &c, &nm));
+    ck_assert_ptr_null(imatrix_values(im, "output.weight", &c, &nm));
+    imatrix_free(im);
+    free(sum);
+    free(x);
+    free(xn);
+    free(txt);
+    tok_ids_free(&ids);
+    strata_close(e);
+}
+END_TEST
+
+/* MoE: each expert's matrix has its own means and row count, from the
+ * tokens routed to it: the counts of one layer's experts add up to
+ * tokens x experts used. */
+START_TEST(imatrix_counts_per_expert)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset)");
+    const char *d = test_tmpdir();
+    free(run_ok("mkmodel", "'%s' mkmodel -q --arch qwen3moe --layers 2 --dim 256 --heads 4 "
+                "--kv-heads 2 --ff 512 --experts 8 --experts-used 2 --ff-exp 256 --vocab 259 "
+                "--seed 5 --type q8_0 -o %s/moe.gguf 2>&1", cli, d));
+    free(run_ok("imatrix", "'%s' imatrix -m %s/moe.gguf -f %s/test/data/gettysburg_declaration.txt "
+                "-c 40 --chunks 2 -o %s/im.gguf 2>&1", cli, d, test_root(), d));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/im.gguf", d);
+    gguf *g = NULL;
+    strata_error err = {0};
+    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
+    const gguf_tensor *t = gguf_find_tensor(g, "blk.1.ffn_down_exps.weight");
+    const gguf_tensor *c = gguf_find_tensor(g, "blk.1.ffn_down_exps.weight.counts");
+    ck_assert(t && c && t->ne[0] == 256 && t->ne[1] == 8 && c->ne[0] == 8);
+    const float *cnt = c->data;
+    double total = 0;
+    int used = 0;
+    for (int k = 0; k < 8; k++) {
+        total += cnt[k];
+        used += cnt[k] > 0;
+    }
+    ck_assert_msg(total == 2 * 40 * 2, "expert rows add up to %g, want %d", total, 2 * 40 * 2);
+    ck_assert_msg(used >= 2, "only %d experts saw rows", used);
+    /* the attention weights are plain: one matrix of 80 rows */
+    const gguf_tensor *q = gguf_find_tensor(g, "blk.0.attn_q.weight.counts");
+    ck_assert(q && q->ne[0] == 1 && ((const float *)q->data)[0] == 80);
+    gguf_close(g);
+}
+END_TEST
+
 static Suite *recipes_suite(void)
 {
     Suite *s = suite_create("recipes");
@@ -381,6 +515,8 @@ static Suite *recipes_suite(void)
     tcase_add_test(tc, mkmodel_rows_of_320_fall_back);
     tcase_add_test(tc, cli_quantize_follows_the_table);
     tcase_add_test(tc, cli_imatrix_switches_rows_and_lowers_weighted_error);
+    tcase_add_test(tc, imatrix_of_the_demo_model_equals_a_direct_computation);
+    tcase_add_test(tc, imatrix_counts_per_expert);
     suite_add_tcase(s, tc);
     return s;
 }
