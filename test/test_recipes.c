@@ -242,6 +242,47 @@ START_TEST(names_and_fallbacks)
 }
 END_TEST
 
+/* The fallback types' encoders with importance weights: on Gaussian rows
+ * with random importances (0.01..1, never zero), the error weighted by
+ * them is lower than without, and the plain error stays close (a weighted
+ * fit trades a little of it). */
+START_TEST(fallback_encoders_use_the_imatrix)
+{
+    static const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL};
+    const int n = 4096;
+    float *x = malloc(sizeof(float) * n), *im = malloc(sizeof(float) * n);
+    float *y = malloc(sizeof(float) * n);
+    uint8_t *b = malloc((size_t)n * 2);
+    test_fill_normal(x, (size_t)n, 1.0f, 7);
+    uint64_t st = 99;
+    for (int j = 0; j < n; j++)
+        im[j] = 0.01f + (float)(test_rand_u64(&st) % 1000) / 1000.0f;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const type_traits *t = type_traits_get(types[k]);
+        double e[2] = {0, 0}, plain[2] = {0, 0};
+        for (int with = 0; with < 2; with++) {
+            t->quant(x, b, n, with ? im : NULL);
+            t->dequant(b, y, n);
+            for (int j = 0; j < n; j++) {
+                const double d = (double)x[j] - y[j];
+                e[with] += im[j] * d * d;
+                plain[with] += d * d;
+            }
+        }
+        printf("recipes: %s weighted error with imatrix / without %.3f, plain error %.3f\n",
+               t->name, e[1] / e[0], plain[1] / plain[0]);
+        ck_assert_msg(e[1] < 0.97 * e[0], "%s: weighted error %g with imatrix, %g without",
+                      t->name, e[1], e[0]);
+        ck_assert_msg(plain[1] < 1.5 * plain[0], "%s: plain error %g with imatrix, %g without",
+                      t->name, plain[1], plain[0]);
+    }
+    free(x);
+    free(im);
+    free(y);
+    free(b);
+}
+END_TEST
+
 /* ---- through strata-cli: mkmodel --ftype, quantize, imatrix -------------- */
 
 static const char *cli_or_skip(void)
@@ -509,6 +550,7 @@ static Suite *recipes_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, names_and_fallbacks);
+    tcase_add_test(tc, fallback_encoders_use_the_imatrix);
     tcase_add_test(tc, mkmodel_llama_16_layers);
     tcase_add_test(tc, mkmodel_qwen3_gqa4_tied);
     tcase_add_test(tc, mkmodel_qwen3moe_8_experts);
