@@ -9,13 +9,15 @@
 
 #include "cli/commands.h"
 #include "model/make/mkmodel.h"
+#include "model/make/recipe.h"
 #include "model/quant.h"
 
 static void mkmodel_usage(FILE *f)
 {
     fprintf(f,
         "usage: strata-cli mkmodel --arch ARCH --layers L --dim D --heads H --kv-heads K\n"
-        "                          [--head-dim HD] --ff F --type T -o OUT.gguf [options]\n"
+        "                          [--head-dim HD] --ff F (--type T | --ftype R) -o OUT.gguf\n"
+        "                          [options]\n"
         "\n"
         "Write a model with random weights (seeded Gaussian, quantized to T) and a small\n"
         "real byte-level BPE vocabulary with ChatML special tokens.\n"
@@ -44,6 +46,9 @@ static void mkmodel_usage(FILE *f)
         "                       iq4_xs): random blocks scaled to the weight's spread;\n"
         "                       matrices whose rows are not a multiple of T's block fall\n"
         "                       back to q8_0 (or f32) and are listed\n"
+        "  --ftype R            instead of --type: recipe R (iq3_xxs iq2_xxs iq2_s q2_0\n"
+        "                       q2_k q3_k_m q4_k_m) gives each tensor its type as\n"
+        "                       `quantize` without an imatrix would (doc/quant.md)\n"
         "  --tied               no output.weight: the logits reuse token_embd\n"
         "  --pre NAME           tokenizer.ggml.pre (default smollm for llama, qwen2 for qwen)\n"
         "  --seed S             random seed (default 1); same arguments -> same bytes\n"
@@ -176,13 +181,21 @@ int cmd_mkmodel(int argc, char **argv)
                 return 2;
             }
             p.type = tt->id;
+        } else if (!strcmp(a, "--ftype")) {
+            if (!(p.ftype = recipe_by_name(val))) {
+                fprintf(stderr, "strata-cli mkmodel: --ftype '%s' is not a recipe (iq3_xxs "
+                                "iq2_xxs iq2_s q2_0 q2_k q3_k_m q4_k_m)\n", val);
+                return 2;
+            }
         } else {
             fprintf(stderr, "strata-cli mkmodel: unknown option '%s' (see --help)\n", a);
             return 2;
         }
     }
+    if (p.ftype)
+        p.type = recipe_base_type(p.ftype); /* --ftype decides every tensor's type */
     const char *missing = !p.arch ? "--arch" : !p.n_layer ? "--layers" : !p.n_embd ? "--dim"
-                        : !p.n_head ? "--heads" : p.type < 0 ? "--type" : !out ? "-o" : NULL;
+                        : !p.n_head ? "--heads" : p.type < 0 ? "--type or --ftype" : !out ? "-o" : NULL;
     if (missing) {
         fprintf(stderr, "strata-cli mkmodel: %s is required (see --help)\n", missing);
         return 2;

@@ -1,4 +1,4 @@
-/* cmd_quantize.c: `strata-cli quantize IN.gguf OUT.gguf TYPE`.
+/* cmd_quantize.c: `strata-cli quantize IN.gguf OUT.gguf NAME`.
  *
  * Parses the options and prints the summary; the work is quantize_file
  * (model/make/quantize.c).  Progress goes to stderr, the summary to stdout. */
@@ -8,25 +8,37 @@
 
 #include "cli/commands.h"
 #include "model/quant.h"
+#include "model/make/imatrix.h"
 #include "model/make/quantize.h"
+#include "model/make/recipe.h"
 
 #define MAX_OVERRIDES 64
 
 static int usage(FILE *f)
 {
     fprintf(f,
-            "usage: strata-cli quantize [options] IN.gguf OUT.gguf TYPE\n"
-            "  TYPE: iq3_xxs, q2_0, q8_0, q4_0, f16 (also bf16, f32), or a K/IQ type:\n"
-            "        q2_k q3_k q4_k q5_k q6_k iq2_xxs iq2_xs iq2_s iq3_s iq4_xs\n"
+            "usage: strata-cli quantize [options] IN.gguf OUT.gguf NAME\n"
+            "  NAME: a recipe (llama.cpp's file types: a type per tensor by its role\n"
+            "        and layer, see doc/quant.md): iq3_xxs iq2_xxs iq2_s q2_0 q2_k\n"
+            "        q3_k_m q4_k_m; or a type, for every weight matrix: q8_0 q4_0 f16\n"
+            "        (also bf16, f32) q3_k q4_k q5_k q6_k iq2_xs iq3_s iq4_xs iq4_nl\n"
+            "        q5_0 q5_1 (and, with --pure, every recipe name as its type)\n"
+            "  --pure                    NAME is a type: every weight matrix gets it\n"
+            "  --imatrix FILE            importance matrix (strata-cli imatrix): weights\n"
+            "                            each quantizer's error and selects the\n"
+            "                            recipes' with-imatrix rows\n"
             "  --keep-type PATTERN=TYPE  tensors matching the glob get TYPE\n"
             "                            (e.g. 'blk.*.ffn_down.weight=q8_0'; repeatable)\n"
-            "  --embed-type TYPE         token_embd/output type (default q8_0)\n"
+            "  --embed-type TYPE         token_embd/output type (default: the recipe's;\n"
+            "                            q8_0 for a single type)\n"
             "  -t, --threads N           encoder threads (default: one per core)\n"
             "  -q, --quiet               no per-tensor progress\n"
-            "Norms and other 1-D tensors stay F32.  A tensor whose rows do not\n"
-            "fit TYPE's block (256 for IQ3_XXS and the K/IQ types) falls back to\n"
-            "Q2_0 (IQ3_XXS), Q4_0 (K/IQ types to 4.5 bpw), Q8_0 or F16 and\n"
-            "is counted in the summary.\n");
+            "Norms and other 1-D tensors stay as they are (F32 with a single type).\n"
+            "A tensor whose rows do not fit its type's block (256 for the K/IQ types)\n"
+            "falls back: with a recipe as llama.cpp does (IQ types -> IQ4_NL; Q2_0,\n"
+            "Q2_K, Q3_K -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; else F16);\n"
+            "with a single type to Q2_0 (IQ3_XXS), Q4_0 (K/IQ types to 4.5 bpw), Q8_0\n"
+            "or F16.  The summary lists tensors and bytes per type.\n");
     return 2;
 }
 
@@ -36,17 +48,17 @@ static int parse_type(const char *s, const char *what)
     const type_traits *t = type_traits_by_name(s);
     if (!t || !t->quant) {
         fprintf(stderr, "quantize: %s '%s' is not a type strata can write "
-                        "(iq3_xxs, q2_0, q8_0, q4_0, f16, bf16, f32, q2_k..q6_k, iq2_xxs, iq2_xs, "
-                        "iq2_s, iq3_s, iq4_xs)\n", what, s);
+                        "(iq3_xxs, q2_0, q8_0, q4_0, q5_0, q5_1, iq4_nl, f16, bf16, f32, "
+                        "q2_k..q6_k, iq2_xxs, iq2_xs, iq2_s, iq3_s, iq4_xs)\n", what, s);
         return -1;
     }
     return t->id;
 }
 
-static void print_summary(const quantize_summary *s, int type)
+static void print_summary(const quantize_summary *s, const char *what)
 {
     printf("quantized %d tensors, %llu parameters, to %s in %.1f s\n", s->n_tensors,
-           (unsigned long long)s->n_params, type_name(type), s->seconds);
+           (unsigned long long)s->n_params, what, s->seconds);
     printf("  size: %.2f MiB -> %.2f MiB (tensor data)\n", s->bytes_in / 1048576.0,
            s->bytes_out / 1048576.0);
     if (s->n_params)
@@ -57,6 +69,13 @@ static void print_summary(const quantize_summary *s, int type)
         if (s->params_by_type[i])
             printf(" %s %.1f%%", type_name(i), 100.0 * s->params_by_type[i] / s->n_params);
     printf("\n");
+    for (int i = 0; i < 64; i++)
+        if (s->tensors_by_type[i])
+            printf("  type %-8s %4d tensors %12llu bytes (%.2f MiB)\n", type_name(i),
+                   s->tensors_by_type[i], (unsigned long long)s->bytes_by_type[i],
+                   s->bytes_by_type[i] / 1048576.0);
+    if (s->n_weighted)
+        printf("  imatrix: %d tensors quantized with importance weights\n", s->n_weighted);
     if (s->n_fallback)
         printf("  fallback: %d tensors %s\n", s->n_fallback, s->fallback);
 }
@@ -65,7 +84,9 @@ int cmd_quantize(int argc, char **argv)
 {
     quantize_override ov[MAX_OVERRIDES];
     char *ov_copy[MAX_OVERRIDES];
-    int n_ov = 0, quiet = 0, rc = 2;
+    int n_ov = 0, quiet = 0, pure = 0, rc = 2;
+    const char *imatrix_path = NULL;
+    imatrix *im = NULL;
     quantize_params p = {.embed_type = -1};
     const char *pos[3];
     int n_pos = 0;
@@ -78,6 +99,14 @@ int cmd_quantize(int argc, char **argv)
             goto out;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
+        } else if (!strcmp(a, "--pure")) {
+            pure = 1;
+        } else if (!strcmp(a, "--imatrix")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "quantize: --imatrix needs a value\n");
+                goto out;
+            }
+            imatrix_path = argv[++i];
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && i + 1 < argc) {
             /* atoi read "abc" as 0 (one thread per core) without a word */
             char *end = NULL;
@@ -121,7 +150,8 @@ int cmd_quantize(int argc, char **argv)
         usage(stderr);
         goto out;
     }
-    if ((p.type = parse_type(pos[2], "TYPE")) < 0)
+    p.recipe = pure ? RECIPE_NONE : recipe_by_name(pos[2]);
+    if (!p.recipe && (p.type = parse_type(pos[2], "NAME")) < 0)
         goto out;
     p.overrides = ov;
     p.n_overrides = n_ov;
@@ -129,14 +159,30 @@ int cmd_quantize(int argc, char **argv)
 
     quantize_summary s;
     strata_error err = {0};
+    if (imatrix_path) {
+        if (imatrix_load(imatrix_path, &im, &err)) {
+            fprintf(stderr, "quantize: %s\n", err.msg);
+            rc = 1;
+            goto out;
+        }
+        p.imatrix = imatrix_lookup;
+        p.imatrix_ctx = im;
+    }
     if (quantize_file(pos[0], pos[1], &p, &s, &err)) {
         fprintf(stderr, "quantize: %s\n", err.msg);
         rc = 1;
         goto out;
     }
-    print_summary(&s, p.type);
+    char what[64];
+    if (p.recipe)
+        snprintf(what, sizeof what, "recipe %s%s", recipe_name(p.recipe),
+                 im ? " with imatrix" : "");
+    else
+        snprintf(what, sizeof what, "%s%s", type_name(p.type), im ? " with imatrix" : "");
+    print_summary(&s, what);
     rc = 0;
 out:
+    imatrix_free(im);
     for (int i = 0; i < n_ov; i++)
         free(ov_copy[i]);
     return rc;

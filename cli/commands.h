@@ -8,6 +8,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_imatrix(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

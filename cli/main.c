@@ -19,7 +19,8 @@ static const command commands[] = {
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"bench", cmd_bench, "benchmarks: kernels, prompt/decode rates, clients"},
     {"inspect", cmd_inspect, "print a GGUF file's header, metadata and tensors"},
-    {"quantize", cmd_quantize, "requantize a GGUF to IQ3_XXS / Q2_0 / ..."},
+    {"imatrix", cmd_imatrix, "importance matrix of a model over a text (for quantize)"},
+    {"quantize", cmd_quantize, "requantize a GGUF by a recipe (Q4_K_M, IQ3_XXS, ...) or type"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of any shape"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -171,6 +171,12 @@ static int choose_backend(strata_engine *e, strata_error *err)
     int have = backend_cuda.available(&why);
     if (want == STRATA_BACKEND_CUDA && !have)
         return strata_err(err, STRATA_E_UNSUPPORTED, "--backend cuda: %s", why);
+    if (e->p.matmul_tap) { /* only the CPU's forward calls the tap */
+        if (want == STRATA_BACKEND_CUDA)
+            return strata_err(err, STRATA_E_UNSUPPORTED,
+                              "--backend cuda: the matmul tap (imatrix) runs on the CPU only");
+        want = STRATA_BACKEND_CPU;
+    }
     e->be = want != STRATA_BACKEND_CPU && have ? &backend_cuda : &backend_cpu;
     e->backend = e->be->kind;
     if (!e->p.quiet && want == STRATA_BACKEND_AUTO) {

@@ -53,9 +53,14 @@ void cpu_scratch_free(cpu_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* y[n x rows] = x[n x cols] W^T, for one matrix of a (possibly stacked) weight. */
-static void matmul(const weight *w, int64_t mat, const float *x, int n, float *y)
+/* y[n x rows] = x[n x cols] W^T, for one matrix of a (possibly stacked)
+ * weight; the tap (strata_params.matmul_tap, the imatrix) sees x first. */
+static void matmul(const strata_engine *e, const weight *w, int64_t mat, const float *x, int n,
+                   float *y)
 {
+    if (e->p.matmul_tap)
+        e->p.matmul_tap(e->p.matmul_tap_user, w->name, w->n_mat > 1 ? (int)mat : -1,
+                        (int)w->n_mat, x, n, w->cols);
     const char *data = (const char *)w->data + (uint64_t)mat * w->mat_bytes;
     const int64_t t = PROF_T0();
     cpu_matmul_fast(w->type, data, w->rows, w->cols, x, n, y);
@@ -93,9 +98,9 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     for (int r = 0; r < n; r++)
         cpu_rmsnorm(s->x + r * D, L->attn_norm, D, hp->eps, s->xb + r * D);
     PROF_ADD(op_ns[PROF_NORM], t);
-    matmul(&L->wq, 0, s->xb, n, s->q);
-    matmul(&L->wk, 0, s->xb, n, s->k);
-    matmul(&L->wv, 0, s->xb, n, s->v);
+    matmul(e, &L->wq, 0, s->xb, n, s->q);
+    matmul(e, &L->wk, 0, s->xb, n, s->k);
+    matmul(e, &L->wv, 0, s->xb, n, s->v);
     if (trace_on()) {
         trace_vec("attn_norm", il, s->xb, D);
         trace_vec("q", il, s->q, dq);
@@ -149,7 +154,7 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
         trace_vec("q_rope", il, s->q, dq);
         trace_vec("att", il, s->att, dq);
     }
-    matmul(&L->wo, 0, s->att, n, s->xb);
+    matmul(e, &L->wo, 0, s->att, n, s->xb);
     t = PROF_T0();
     for (int r = 0; r < n; r++) {
         if (L->post_attn_norm) /* gemma3: the block's output is normed before the add */
@@ -164,15 +169,15 @@ static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
 {
     cpu_scratch *s = &e->cpu;
     int64_t D = e->m->hp.n_embd, F = L->gate.rows;
-    matmul(&L->gate, 0, s->xb, n, s->hb);
-    matmul(&L->up, 0, s->xb, n, s->hb2);
+    matmul(e, &L->gate, 0, s->xb, n, s->hb);
+    matmul(e, &L->up, 0, s->xb, n, s->hb2);
     int64_t t = PROF_T0();
     if (e->m->hp.ffn_gelu)
         cpu_geglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
     else
         cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
     PROF_ADD(op_ns[PROF_ELEM], t);
-    matmul(&L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
+    matmul(e, &L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
     t = PROF_T0();
     for (int r = 0; r < n; r++) {
         if (L->post_ffn_norm)
@@ -196,14 +201,14 @@ static void ffn_moe(strata_engine *e, const layer_weights *L, int n)
     for (int r = 0; r < n; r++) {
         const float *xr = s->xb + r * D;
         float *out = s->att + r * D;
-        matmul(&L->router, 0, xr, 1, s->router);
+        matmul(e, &L->router, 0, xr, 1, s->router);
         cpu_moe_route(s->router, 1, ne, k, sel, wsel);
         memset(out, 0, (size_t)D * sizeof *out);
         for (int j = 0; j < k; j++) {
-            matmul(&L->gate_exps, sel[j], xr, 1, s->hb);
-            matmul(&L->up_exps, sel[j], xr, 1, s->hb2);
+            matmul(e, &L->gate_exps, sel[j], xr, 1, s->hb);
+            matmul(e, &L->up_exps, sel[j], xr, 1, s->hb2);
             cpu_swiglu(s->hb, s->hb2, F, s->hb);
-            matmul(&L->down_exps, sel[j], s->hb, 1, s->hb2);
+            matmul(e, &L->down_exps, sel[j], s->hb, 1, s->hb2);
             float wj = wsel[j];
             for (int64_t i = 0; i < D; i++)
                 out[i] += wj * s->hb2[i];
@@ -261,6 +266,9 @@ void head_cpu(strata_engine *e, const fwd_row *rows, int n, int decode, float *l
         PROF_ADD(op_ns[PROF_NORM], t);
         t = PROF_T0();
         /* not matmul(): the head has its own line in the profile */
+        if (e->p.matmul_tap)
+            e->p.matmul_tap(e->p.matmul_tap_user, m->output.name, -1, 1, s->xb, 1,
+                            m->output.cols);
         cpu_matmul_fast(m->output.type, m->output.data, m->output.rows, m->output.cols, s->xb, 1,
                         logits + (size_t)rows[r].logits * V);
         if (m->hp.final_softcap > 0.0f)

@@ -76,6 +76,15 @@ typedef struct strata_params {
      * (the CLI's Ctrl-C); NULL: never */
     int (*load_cancel)(void *user);
     void *load_cancel_user;
+    /* CPU backend only (strata_open refuses it with a card): called before
+     * each weight product of a layer with the product's n input rows of
+     * `cols` floats and the weight's tensor name; `expert` is the expert's
+     * index in a stacked MoE weight of n_mat, -1 otherwise.  `strata-cli
+     * imatrix` collects its importance matrix here.  NULL: off (one
+     * untaken branch per product). */
+    void (*matmul_tap)(void *user, const char *weight, int expert, int n_mat,
+                       const float *x, int n, int64_t cols);
+    void *matmul_tap_user;
 } strata_params;
 
 /* Defaults for every field (model_path NULL). */

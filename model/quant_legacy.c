@@ -11,6 +11,7 @@
 
 #include "model/quant.h"
 #include "model/quant_codecs.h"
+#include "model/quantize_types.h"
 
 /* ---- element types ------------------------------------------------------ */
 
@@ -106,7 +107,10 @@ void dequant_row_q4_0(const void *src, float *dst, int64_t n)
  * largest magnitude uses the full range; the other side saturates at 15. */
 void quant_row_q4_0(const float *src, void *dst, int64_t n, const float *imatrix)
 {
-    (void)imatrix;
+    if (imatrix) { /* ggml's weighted search (model/quantize_q5.c) */
+        quant_row_q4_0_weighted(src, dst, n, imatrix);
+        return;
+    }
     block_q4_0 *b = dst;
     for (int64_t i = 0; i < n / QK4_0; i++) {
         const float *x = src + i * QK4_0;

@@ -22,6 +22,61 @@ static const int8_t iq4_levels[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
+/* The best scale for 32 values on the levels T, the codes in Lb: the
+ * least-squares scale of the levels nearest x/d, for d = vmax/T[0] and
+ * 15 stretched tries around it; the best weighted fit wins.  0 (and zero
+ * codes) for an all-zero block.  Shared by IQ4_XS and IQ4_NL. */
+static float iq4_fit(const float *xb, const float *w, uint8_t *Lb)
+{
+    const int8_t *T = iq4_levels;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        const float ax = fabsf(xb[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = xb[j];
+        }
+    }
+    if (amax < 1e-15f) {
+        memset(Lb, 0, 32);
+        return 0;
+    }
+    float d = -max / T[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+        const int l = qs_nearest16(T, id * xb[j]);
+        Lb[j] = (uint8_t)l;
+        const float q = T[l];
+        sumqx += w[j] * q * xb[j];
+        sumq2 += w[j] * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    float best = d * sumqx;
+    for (int itry = -7; itry <= 7; itry++) {
+        id = (itry + T[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float q = T[qs_nearest16(T, id * xb[j])];
+            sumqx += w[j] * q * xb[j];
+            sumq2 += w[j] * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+/* The weights of one 32-block: qw * sqrt(sigma2 + x^2) with an importance
+ * matrix, x^2 without; sigma2 is twice the mean square over the super-block. */
+static void iq4_weights(const float *xb, const float *qw, float sigma2, float *w)
+{
+    for (int j = 0; j < 32; j++)
+        w[j] = qw ? qw[j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
+}
+
 static void iq4_xs_block(const float *x, const float *qw, uint8_t *b)
 {
     const int8_t *T = iq4_levels;
@@ -35,48 +90,8 @@ static void iq4_xs_block(const float *x, const float *qw, uint8_t *b)
 
     float max_scale = 0, amax_scale = 0;
     for (int ib = 0; ib < 8; ib++) {
-        const float *xb = x + 32 * ib;
-        uint8_t *Lb = L + 32 * ib;
-        for (int j = 0; j < 32; j++)
-            w[j] = qw ? qw[32 * ib + j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
-        float amax = 0, max = 0;
-        for (int j = 0; j < 32; j++) {
-            const float ax = fabsf(xb[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = xb[j];
-            }
-        }
-        if (amax < 1e-15f) {
-            scales[ib] = 0;
-            memset(Lb, 0, 32);
-            continue;
-        }
-        float d = -max / T[0];
-        float id = 1 / d;
-        float sumqx = 0, sumq2 = 0;
-        for (int j = 0; j < 32; j++) {
-            const int l = qs_nearest16(T, id * xb[j]);
-            Lb[j] = (uint8_t)l;
-            const float q = T[l];
-            sumqx += w[j] * q * xb[j];
-            sumq2 += w[j] * q * q;
-        }
-        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
-        float best = d * sumqx;
-        for (int itry = -7; itry <= 7; itry++) {
-            id = (itry + T[0]) / max;
-            sumqx = sumq2 = 0;
-            for (int j = 0; j < 32; j++) {
-                const float q = T[qs_nearest16(T, id * xb[j])];
-                sumqx += w[j] * q * xb[j];
-                sumq2 += w[j] * q * q;
-            }
-            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
+        iq4_weights(x + 32 * ib, qw ? qw + 32 * ib : NULL, sigma2, w);
+        const float d = iq4_fit(x + 32 * ib, w, L + 32 * ib);
         scales[ib] = d;
         if (fabsf(d) > amax_scale) {
             amax_scale = fabsf(d);
@@ -112,4 +127,29 @@ void quant_row_iq4_xs(const float *src, void *dst, int64_t n, const float *imatr
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++)
         iq4_xs_block(src + i * QK_K, imatrix ? imatrix + i * QK_K : NULL, b + 136 * i);
+}
+
+/* IQ4_NL: the same fit with one fp16 scale per 32 values (ggml's
+ * quantize_iq4_nl: super-block = block = 32), then every value re-rounded
+ * to the level nearest x/d.  Nibble j holds element j, its high half j+16.
+ * The row-length fallback of the IQ types (doc/quant.md, "Recipes"). */
+void quant_row_iq4_nl(const float *src, void *dst, int64_t n, const float *imatrix)
+{
+    block_iq4_nl *b = dst;
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        const float *x = src + i * QK4_NL;
+        uint8_t L[QK4_NL];
+        float w[QK4_NL], sigma2 = 0;
+        for (int j = 0; j < QK4_NL; j++)
+            sigma2 += x[j] * x[j];
+        sigma2 *= 2.f / QK4_NL;
+        iq4_weights(x, imatrix ? imatrix + i * QK4_NL : NULL, sigma2, w);
+        const float d = iq4_fit(x, w, L);
+        b[i].d = f32_to_fp16(d);
+        const float id = d ? 1 / d : 0.f;
+        for (int j = 0; j < QK4_NL; j++)
+            L[j] = (uint8_t)qs_nearest16(iq4_levels, id * x[j]);
+        for (int j = 0; j < QK4_NL / 2; j++)
+            b[i].qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+    }
 }

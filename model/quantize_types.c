@@ -19,6 +19,9 @@ static const struct {
     {21 /* IQ3_S */, quant_row_iq3_s},
     {22 /* IQ2_S */, quant_row_iq2_s},
     {23 /* IQ4_XS */, quant_row_iq4_xs},
+    {GGML_TYPE_IQ4_NL, quant_row_iq4_nl},
+    {GGML_TYPE_Q5_0, quant_row_q5_0},
+    {GGML_TYPE_Q5_1, quant_row_q5_1},
 };
 
 void quant_register_quantizers(type_traits *table, int count)

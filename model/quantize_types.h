@@ -33,8 +33,17 @@ void quant_row_iq2_s(const float *src, void *dst, int64_t n, const float *imatri
 void quant_row_iq3_s(const float *src, void *dst, int64_t n, const float *imatrix);
 void quant_row_iq3_s_ggml(const float *src, void *dst, int64_t n, const float *imatrix);
 
-/* model/quantize_iq4xs.c */
+/* model/quantize_iq4xs.c (IQ4_NL: n a multiple of 32) */
 void quant_row_iq4_xs(const float *src, void *dst, int64_t n, const float *imatrix);
+void quant_row_iq4_nl(const float *src, void *dst, int64_t n, const float *imatrix);
+
+/* model/quantize_q5.c: Q5_0 / Q5_1 (n a multiple of 32): ggml's reference
+ * rounding, or its weighted search with an importance matrix; and Q4_0's
+ * weighted search (quant_row_q4_0 in quant_legacy.c calls it when given an
+ * imatrix; imatrix must not be NULL here). */
+void quant_row_q5_0(const float *src, void *dst, int64_t n, const float *imatrix);
+void quant_row_q5_1(const float *src, void *dst, int64_t n, const float *imatrix);
+void quant_row_q4_0_weighted(const float *src, void *dst, int64_t n, const float *imatrix);
 
 /* Fill the quant field of every entry of the traits table (count entries,
  * indexed by type id) that is NULL and has a quantizer above; called once

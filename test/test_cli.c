@@ -47,7 +47,7 @@ START_TEST(test_help)
     ck_assert_int_eq(test_runf(NULL, "'%s' 2>/dev/null", cli), 2);
     ck_assert_int_eq(test_runf(NULL, "'%s' no-such-command 2>/dev/null", cli), 2);
     static const char *cmds[] = {"chat", "run", "perplexity", "bench", "inspect", "quantize",
-                                 "mkmodel", "serve"};
+                                 "mkmodel", "serve", "imatrix"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         int rc = test_runf(&out, "'%s' %s --help 2>&1", cli, cmds[i]);
         ck_assert_msg(rc == 0, "%s --help: exit %d", cmds[i], rc);

@@ -74,7 +74,7 @@ static ppl_result perplexity(const char *cli, const char *model, const char *kv)
 static const char *quantize(const char *cli, const char *model, const char *type)
 {
     char fmt[2048];
-    snprintf(fmt, sizeof fmt, "'%s' quantize -q '%s' '%%s' %s 2>&1", cli, model, type);
+    snprintf(fmt, sizeof fmt, "'%s' quantize -q --pure '%s' '%%s' %s 2>&1", cli, model, type);
     return test_fixture_cmd("demo-quant.gguf", fmt);
 }
 

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
+#include "model/make/recipe.h"
 #include "model/quant.h"
 
 /* ---- defaults and checks ------------------------------------------------ */
@@ -142,6 +143,8 @@ static int check_params(const mkmodel_params *p, strata_error *err)
         if ((rc = check_dim("--ff", p->n_ff, 1, err)))
             return rc;
     }
+    if (p->ftype < 0 || p->ftype >= RECIPE_COUNT)
+        return strata_err(err, STRATA_E_ARG, "mkmodel: ftype %d is not a recipe", p->ftype);
     const type_traits *tt = type_traits_get(p->type);
     int offs[2];
     if (!tt || (!tt->quant && !(tt->dequant && type_fp16_scales(tt->id, offs))))
@@ -264,6 +267,13 @@ static uint32_t pick_type(const mkmodel_params *p, const tplan *t)
 {
     if (t->kind == K_NORM || t->kind == K_BIAS || t->kind == K_ROUTER)
         return GGML_TYPE_F32;
+    if (p->ftype) { /* the recipe's choice, its row-length fallback included */
+        const recipe_model m = {.n_layer = p->n_layer, .n_head = p->n_head,
+                                .n_head_kv = p->n_head_kv, .n_expert = p->n_expert,
+                                .tied = p->tied};
+        const int rt = recipe_type(p->ftype, t->name, t->n_dims, t->ne[0], &m, NULL);
+        return rt < 0 ? GGML_TYPE_F32 : (uint32_t)rt;
+    }
     const type_traits *tt = type_traits_get(p->type);
     if (t->ne[0] % tt->blck == 0)
         return (uint32_t)p->type;
@@ -549,7 +559,8 @@ static int write_metadata(const mkmodel_params *p, const mkmodel_vocab *v, gguf_
     const char *a = p->arch;
     char name[160];
     snprintf(name, sizeof name, "strata-mkmodel %s L%d D%d H%d/%d %s seed %" PRIu64, a,
-             p->n_layer, p->n_embd, p->n_head, p->n_head_kv, type_name(p->type), p->seed);
+             p->n_layer, p->n_embd, p->n_head, p->n_head_kv,
+             p->ftype ? recipe_name(p->ftype) : type_name(p->type), p->seed);
     int rc = 0;
     rc |= gguf_writer_set_str(w, "general.architecture", a);
     rc |= gguf_writer_set_str(w, "general.name", name);
@@ -603,7 +614,7 @@ static double now_s(void)
  * the requested type (doc/formats.md §2.9). */
 static void log_fallbacks(const mkmodel_params *p, const plan *pl)
 {
-    if (!p->log)
+    if (!p->log || p->ftype) /* a recipe's mix is its own, not a fallback */
         return;
     for (size_t i = 0; i < pl->n; i++) {
         const tplan *t = &pl->t[i];

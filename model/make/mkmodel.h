@@ -38,6 +38,9 @@ typedef struct mkmodel_params {
                              every layer global) */
     int type;             /* ggml type of the weight matrices (needs a quant
                              function in its traits row) */
+    int ftype;            /* a recipe (RECIPE_*, model/make/recipe.h): each
+                             tensor gets the recipe's type (without an
+                             imatrix) and `type` is ignored; 0: none */
     uint64_t seed;
     int n_threads;        /* 0: the online CPUs */
     int block_pool;       /* 0: quantize every weight; N > 0: quantize N

@@ -51,6 +51,20 @@ int quantize_choose_type(const quantize_params *p, const char *name,
         *type = p->overrides[i].type;
         return 0;
     }
+    if (p->recipe) {
+        if (p->embed_type >= 0 && n_dims >= 2 && is_embedding_or_head(name)) {
+            *type = recipe_fallback(p->embed_type, ne[0]);
+            *fallback = *type != p->embed_type;
+            return 0;
+        }
+        int wanted;
+        *type = recipe_type(p->recipe, name, n_dims, ne[0], &p->facts, &wanted);
+        *fallback = *type >= 0 && *type != wanted;
+        if (*type >= 0 && !type_fits(*type, ne[0]))
+            return strata_err(err, STRATA_E_UNSUPPORTED, "tensor %s: recipe %s: strata cannot encode %s",
+                              name, recipe_name(p->recipe), type_name(*type));
+        return 0;
+    }
     int want = p->type;
     if (n_dims < 2)
         want = GGML_TYPE_F32;
@@ -164,7 +178,9 @@ static int requantize_tensor(const quantize_params *p, const gguf_tensor *t,
     const int64_t nrows = t->ne[1] * t->ne[2] * t->ne[3];
     const size_t in_row = type_row_bytes((int)t->type, ne0);
     const size_t out_row = type_row_bytes(dt, ne0);
-    const float *im = p->imatrix ? p->imatrix(p->imatrix_ctx, t->name, ne0) : NULL;
+    const float *im = p->imatrix ? p->imatrix(p->imatrix_ctx, t->name, ne0, t->ne[2]) : NULL;
+    /* an expert tensor's weights: one row of ne0 per expert (ne[2]) */
+    const int64_t rows_per_matrix = t->ne[1];
     uint8_t *buf = malloc(out_row * (size_t)nrows);
     if (!buf)
         return strata_err(err, STRATA_E_NOMEM, "tensor %s: cannot allocate %zu bytes",
@@ -175,8 +191,20 @@ static int requantize_tensor(const quantize_params *p, const gguf_tensor *t,
         const int64_t nr = nrows - r0 < slab_rows ? nrows - r0 : slab_rows;
         for (int64_t r = 0; r < nr; r++)
             st->dequant((const uint8_t *)t->data + (r0 + r) * in_row, slab + r * ne0, ne0);
-        int rc = quantize_rows(dt, slab, ne0, nr, buf + r0 * out_row, im,
-                               p->n_threads, err);
+        int rc = 0;
+        if (im && t->ne[2] > 1) {
+            /* rows of one expert at a time, each with its expert's weights */
+            for (int64_t r = 0; r < nr && !rc;) {
+                const int64_t e = (r0 + r) / rows_per_matrix;
+                int64_t n_e = (e + 1) * rows_per_matrix - (r0 + r);
+                n_e = n_e < nr - r ? n_e : nr - r;
+                rc = quantize_rows(dt, slab + r * ne0, ne0, n_e, buf + (r0 + r) * out_row,
+                                   im + e * ne0, p->n_threads, err);
+                r += n_e;
+            }
+        } else {
+            rc = quantize_rows(dt, slab, ne0, nr, buf + r0 * out_row, im, p->n_threads, err);
+        }
         if (rc) {
             free(buf);
             return rc;
@@ -229,10 +257,14 @@ static void note_fallback(quantize_summary *s, const char *name, int want, int g
 }
 
 int quantize_file(const char *in_path, const char *out_path,
-                  const quantize_params *p, quantize_summary *s,
+                  const quantize_params *params, quantize_summary *s,
                   strata_error *err)
 {
     memset(s, 0, sizeof *s);
+    quantize_params q = *params;
+    const quantize_params *p = &q;
+    if (q.recipe)
+        q.type = recipe_base_type(q.recipe);
     const type_traits *target = type_traits_get(p->type);
     if (!target || !target->quant)
         return strata_err(err, STRATA_E_UNSUPPORTED, "quantize: cannot produce type %s (id %d)",
@@ -241,6 +273,13 @@ int quantize_file(const char *in_path, const char *out_path,
     int rc = gguf_open(in_path, &g, err);
     if (rc)
         return rc;
+    if (q.recipe) {
+        if ((rc = recipe_model_from_gguf(g, &q.facts, err))) {
+            gguf_close(g);
+            return rc;
+        }
+        q.facts.imatrix = q.imatrix != NULL;
+    }
     const double t0 = now_s();
     const uint64_t nt = gguf_n_tensors(g);
     gguf_writer *w = gguf_writer_new(gguf_alignment(g));
@@ -261,8 +300,9 @@ int quantize_file(const char *in_path, const char *out_path,
         }
     }
     gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (file_type_of(p->type) >= 0)
-        gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(p->type));
+    const int ftype = p->recipe ? recipe_file_type(p->recipe) : file_type_of(p->type);
+    if (ftype >= 0)
+        gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
 
     for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
@@ -270,6 +310,8 @@ int quantize_file(const char *in_path, const char *out_path,
         int dt, fallback;
         if ((rc = quantize_choose_type(p, t->name, t->n_dims, t->ne, &dt, &fallback, err)))
             goto done;
+        if (dt < 0)
+            dt = (int)t->type; /* the recipe leaves it as it is */
         const void *data = t->data;
         uint64_t nbytes = t->nbytes;
         /* same type: keep the bytes, a decode/encode round would only add error */
@@ -288,9 +330,16 @@ int quantize_file(const char *in_path, const char *out_path,
         s->bytes_in += t->nbytes;
         s->bytes_out += nbytes;
         s->params_by_type[dt] += nel;
+        s->tensors_by_type[dt]++;
+        s->bytes_by_type[dt] += nbytes;
+        if (dt != (int)t->type && p->imatrix && p->imatrix(p->imatrix_ctx, t->name, t->ne[0], t->ne[2]))
+            s->n_weighted++;
         if (fallback) {
+            int wanted = p->type;
+            if (p->recipe)
+                recipe_type(p->recipe, t->name, t->n_dims, t->ne[0], &p->facts, &wanted);
             s->n_fallback++;
-            note_fallback(s, t->name, p->type, dt);
+            note_fallback(s, t->name, wanted, dt);
         }
         if (p->progress)
             fprintf(p->progress, "[%4llu/%llu] %-32s %-7s -> %-7s%s %10llu -> %10llu bytes  %6.2f s\n",

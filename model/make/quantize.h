@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "model/make/recipe.h"
 
 /* --keep-type NAME=TYPE: tensors whose name matches the glob `pattern`
  * (fnmatch, e.g. "blk.*.ffn_down.weight") get `type`, overriding the mix. */
@@ -20,14 +21,22 @@ typedef struct quantize_override {
     int type;
 } quantize_override;
 
-/* Importance weights for one tensor: return ne[0] floats (one per column,
- * shared by every row, as llama.cpp's imatrix) or NULL for none.  Room for
- * --imatrix; strata-cli passes no callback yet. */
+/* Importance weights for one tensor of n_mat matrices (ne[2]: experts)
+ * with rows of ne0: return n_mat * ne0 floats (one per column, shared by
+ * every row of a matrix, as llama.cpp's imatrix; expert e's at e * ne0)
+ * or NULL for none.
+ * strata-cli's --imatrix reads them from an imatrix file (model/make/imatrix.h). */
 typedef const float *(*quantize_imatrix_fn)(void *ctx, const char *tensor,
-                                            int64_t ne0);
+                                            int64_t ne0, int64_t n_mat);
 
 typedef struct quantize_params {
-    int type;            /* target for the weight matrices (ggml id) */
+    int recipe;          /* RECIPE_* (model/make/recipe.h): the per-tensor
+                            mix of that recipe; RECIPE_NONE: `type` for
+                            every matrix (--pure) */
+    recipe_model facts;  /* the model's facts for the recipe; quantize_file
+                            fills them from the input file */
+    int type;            /* target for the weight matrices (ggml id); with a
+                            recipe: its base type (general.file_type) */
     int embed_type;      /* token_embd / output; -1: the mix's default */
     const quantize_override *overrides;
     int n_overrides;
@@ -44,6 +53,9 @@ typedef struct quantize_summary {
     uint64_t n_params;
     uint64_t bytes_in, bytes_out;  /* tensor data, before and after */
     uint64_t params_by_type[64];   /* elements written per ggml type id */
+    int tensors_by_type[64];       /* tensors written per type */
+    uint64_t bytes_by_type[64];    /* bytes written per type */
+    int n_weighted;                /* tensors quantized with importance weights */
     double seconds;
 } quantize_summary;
 
@@ -55,6 +67,9 @@ typedef struct quantize_summary {
  *   - everything else gets params->type, or, when ne[0] is not a multiple of
  *     its block (§2.9), the first of Q2_0, Q8_0, F16 whose block divides ne[0];
  *   - an override wins, but must itself fit ne[0].
+ * With p->recipe set, the recipe (recipe_type, on p->facts) replaces the
+ * rules above but the overrides and embed_type still win, and *type = -1
+ * means "keep the tensor's own type" (norms, the MoE router).
  * Sets *fallback when the chosen type is not the one the rule asked for.
  * Returns 0, or STRATA_E_UNSUPPORTED naming the tensor when nothing fits. */
 int quantize_choose_type(const quantize_params *p, const char *name,
