@@ -126,6 +126,43 @@ START_TEST(fast_attention_matches_reference)
 }
 END_TEST
 
+/* A sliding window (gemma3's local layers): keys t0..ctx-1 only, against
+ * cpu_attention_window, with t0 inside a page, on a page boundary and 0. */
+START_TEST(fast_attention_window_matches_reference)
+{
+    static const int32_t t0s[] = {0, 1, 255, 256, 300, 599};
+    const int avx2 = fast_cpu_avx2_ok();
+    const int hd = 64, n = N_HEAD * hd;
+    const int32_t ctx = 600;
+    for (int type = KV_K8V4; type <= KV_F16; type++) {
+        cache c;
+        cache_fill(&c, type, hd, 7000 + (uint64_t)type);
+        float *q = malloc(sizeof *q * n), *ref = malloc(sizeof *ref * n), *f = malloc(sizeof *f * n);
+        float *full = malloc(sizeof *full * n);
+        test_fill_normal(q, n, 1.0f, 93);
+        cpu_attention(q, N_HEAD, &c.kv, ctx, 0.125f, full);
+        for (size_t i = 0; i < sizeof t0s / sizeof t0s[0]; i++) {
+            cpu_attention_window(q, N_HEAD, &c.kv, t0s[i], ctx, 0.125f, ref);
+            for (int tw = 0; tw <= avx2; tw++) {
+                cpu_attention_fast_window_isa(q, N_HEAD, &c.kv, t0s[i], ctx, 0.125f, f, tw);
+                double bound, w = worst_vs(f, ref, n, &bound);
+                ck_assert_msg(w <= bound, "%s twin, kv %s, window from %d: error %.3g > %.3g",
+                              tw ? "AVX2" : "scalar", type == KV_F16 ? "f16" : "k8v4", t0s[i], w,
+                              bound);
+            }
+            /* a window that starts later must change the answer (the test can fail) */
+            if (t0s[i] > 0)
+                ck_assert_msg(memcmp(f, full, sizeof *f * n) != 0, "window from %d ignored", t0s[i]);
+        }
+        free(q);
+        free(ref);
+        free(f);
+        free(full);
+        cache_free(&c);
+    }
+}
+END_TEST
+
 /* The same bits on 1 and 2 threads (heads handed out to either thread). */
 START_TEST(fast_attention_is_invariant)
 {
@@ -156,6 +193,7 @@ static Suite *attention_fast_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, fast_attention_matches_reference);
+    tcase_add_test(tc, fast_attention_window_matches_reference);
     tcase_add_test(tc, fast_attention_is_invariant);
     suite_add_tcase(s, tc);
     return s;
