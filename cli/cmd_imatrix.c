@@ -8,13 +8,13 @@
  * collector (model/make/imatrix.c), which keeps per weight and per input
  * column the sum of squares and the number of rows: MoE experts each get
  * their own, from the rows routed to them.  The file holds the means. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/text_file.h"
 #include "engine/generate.h"
 #include "engine/strata.h"
 #include "model/make/imatrix.h"
@@ -37,38 +37,6 @@ static void usage(FILE *f)
             "  -c, --ctx-size CTX      the window in tokens (default 512, at least 2)\n"
             "  --chunks N              read at most N windows (default: all)\n\n");
     cli_opts_help(f, IMATRIX_USES & ~(CLI_USE_FILE | CLI_USE_CTX));
-}
-
-/* The whole file, NUL-terminated; NULL with a message. */
-static char *read_text(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "strata-cli imatrix: cannot open text '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    const int bad = ferror(f) || !buf;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        fprintf(stderr, "strata-cli imatrix: cannot read text '%s'\n", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 static void tap(void *user, const char *weight, int expert, int n_mat, const float *x, int n,
@@ -136,9 +104,12 @@ int cmd_imatrix(int argc, char **argv)
     o.ep.backend = STRATA_BACKEND_CPU;
     o.ep.n_ctx = ctx;
     size_t text_len = 0;
-    char *text = read_text(o.file, &text_len);
-    if (!text)
+    strata_error err = {0};
+    char *text = cli_read_text(o.file, &text_len, &err);
+    if (!text) {
+        fprintf(stderr, "strata-cli imatrix: %s\n", err.msg);
         return 1;
+    }
     if (text_len == 0 || cli_opts_default_model(&o, "imatrix")) {
         if (!text_len)
             fprintf(stderr, "strata-cli imatrix: text '%s' is empty\n", o.file);
@@ -151,23 +122,15 @@ int cmd_imatrix(int argc, char **argv)
     o.ep.matmul_tap = tap;
     o.ep.matmul_tap_user = im;
 
-    strata_error err = {0};
     strata_engine *e = NULL;
     strata_seq *seq = NULL;
     tok_ids ids = {0};
-    int rc = im ? strata_open(&o.ep, &e, &err) : STRATA_E_NOMEM;
+    int add_bos = 0, rc;
     if (!im)
-        strata_err(&err, rc, "out of memory");
-    if (!rc)
-        cli_opts_warn_opened(&o, "imatrix", e);
-    if (!rc) {
-        seq = strata_seq_new(e, &err);
-        rc = seq ? 0 : err.code;
-    }
+        rc = strata_err(&err, STRATA_E_NOMEM, "out of memory");
+    else
+        rc = cli_open_on_text(&o, "imatrix", text, text_len, &e, &seq, &ids, &add_bos, &err);
     const tokenizer *tok = e ? strata_tokenizer(e) : NULL;
-    const int add_bos = tok && tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    if (!rc)
-        rc = tokenizer_encode(tok, text, text_len, add_bos ? TOK_ENCODE_ADD_BOS : 0, &ids, &err);
     free(text);
     if (rc) {
         fprintf(stderr, "strata-cli imatrix: %s\n", err.msg);

@@ -13,7 +13,6 @@
  *     from almost nothing, would otherwise dominate the figure.
  * The error estimate is the standard error of the mean NLL carried through
  * exp (ppl * stderr(nll)), as llama.cpp prints it. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include "engine/generate.h"
 #include "text/tokenizer.h"
 #include "cli/options.h"
+#include "cli/text_file.h"
 
 /* No sampling, no prompt, no chat: perplexity only reads logits. */
 #define PPL_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_FILE)
@@ -43,43 +43,6 @@ static void usage(FILE *f)
             "  --chunks N              score at most N windows (default: all)\n"
             "  (--chunk N is the engine's prefill chunk, below)\n\n");
     cli_opts_help(f, PPL_USES & ~(CLI_USE_FILE | CLI_USE_CTX));
-}
-
-/* The whole file, NUL-terminated; NULL with a message on failure. */
-static char *read_text(const char *path, size_t *len, strata_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        strata_err(err, STRATA_E_IO, "cannot open text '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            strata_err(err, STRATA_E_NOMEM, "out of memory reading '%s'", path);
-            fclose(f);
-            return NULL;
-        }
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        strata_err(err, STRATA_E_IO, "cannot read text '%s'", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 /* -log softmax(logits)[target], in double: a 49k-entry sum of exponentials
@@ -160,7 +123,7 @@ int cmd_perplexity(int argc, char **argv)
     strata_error err = {0};
     /* The text first: a missing file should not cost a model load. */
     size_t text_len = 0;
-    char *text = read_text(o.file, &text_len, &err);
+    char *text = cli_read_text(o.file, &text_len, &err);
     if (!text) {
         fprintf(stderr, "strata-cli perplexity: %s\n", err.msg);
         return 1;
@@ -181,17 +144,9 @@ int cmd_perplexity(int argc, char **argv)
     strata_seq *seq = NULL;
     tok_ids ids = {0};
     float *logits = NULL;
-    int rc = strata_open(&o.ep, &e, &err);
-    if (!rc)
-        cli_opts_warn_opened(&o, "perplexity", e);
-    if (!rc) {
-        seq = strata_seq_new(e, &err);
-        rc = seq ? 0 : err.code;
-    }
+    int add_bos = 0;
+    int rc = cli_open_on_text(&o, "perplexity", text, text_len, &e, &seq, &ids, &add_bos, &err);
     const tokenizer *tok = e ? strata_tokenizer(e) : NULL;
-    const int add_bos = tok && tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
-    if (!rc)
-        rc = tokenizer_encode(tok, text, text_len, add_bos ? TOK_ENCODE_ADD_BOS : 0, &ids, &err);
     free(text);
     if (rc) {
         fprintf(stderr, "strata-cli perplexity: %s\n", err.msg);

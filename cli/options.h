@@ -4,6 +4,8 @@
 #ifndef STRATA_CLI_OPTIONS_H
 #define STRATA_CLI_OPTIONS_H
 
+#include <stdio.h>
+
 #include "engine/sample.h"
 #include "engine/strata.h"
 

@@ -1,0 +1,60 @@
+/* text_file.c: see text_file.h. */
+#include "cli/text_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *cli_read_text(const char *path, size_t *len, strata_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        strata_err(err, STRATA_E_IO, "cannot open text '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            strata_err(err, STRATA_E_NOMEM, "out of memory reading '%s'", path);
+            fclose(f);
+            return NULL;
+        }
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        strata_err(err, STRATA_E_IO, "cannot read text '%s'", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+int cli_open_on_text(cli_opts *o, const char *cmd, const char *text, size_t text_len,
+                     strata_engine **e, strata_seq **seq, tok_ids *ids, int *add_bos,
+                     strata_error *err)
+{
+    *add_bos = 0;
+    int rc = strata_open(&o->ep, e, err);
+    if (rc)
+        return rc;
+    cli_opts_warn_opened(o, cmd, *e);
+    *seq = strata_seq_new(*e, err);
+    if (!*seq)
+        return err->code;
+    const tokenizer *tok = strata_tokenizer(*e);
+    *add_bos = tokenizer_add_bos(tok) && tokenizer_bos(tok) >= 0;
+    return tokenizer_encode(tok, text, text_len, *add_bos ? TOK_ENCODE_ADD_BOS : 0, ids, err);
+}

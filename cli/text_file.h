@@ -1,0 +1,25 @@
+/* text_file.h: what `perplexity` and `imatrix` share: a text file read
+ * whole, and an engine with one sequence and the text's tokens. */
+#ifndef STRATA_CLI_TEXT_FILE_H
+#define STRATA_CLI_TEXT_FILE_H
+
+#include <stddef.h>
+
+#include "cli/options.h"
+#include "engine/strata.h"
+#include "text/tokenizer.h"
+
+/* The whole file, NUL-terminated (*len bytes); NULL with err set. */
+char *cli_read_text(const char *path, size_t *len, strata_error *err);
+
+/* Open o's engine (a warning line for what it ignored, as every command),
+ * one sequence on it, and text's tokens — BOS first when the model's
+ * tokenizer adds one (*add_bos says so; a window that starts mid-text gets
+ * it written over its first token by the caller).  0, or a nonzero code
+ * with err set; whatever was opened is in *e, *seq, *ids for the caller to
+ * free either way. */
+int cli_open_on_text(cli_opts *o, const char *cmd, const char *text, size_t text_len,
+                     strata_engine **e, strata_seq **seq, tok_ids *ids, int *add_bos,
+                     strata_error *err);
+
+#endif
