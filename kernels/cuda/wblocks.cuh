@@ -18,11 +18,11 @@
  * Decoding.  dec8<TYPE>(chunk, e0, v) writes elements e0..e0+7 (e0 a
  * multiple of 8) of a row chunk as f32, with exactly the CPU decoder's
  * float expression (same operands, same order, no fused multiply-add), so
- * cuda_embed is bit-exact and the host test can compare bit for bit.  The
- * matrix kernels round these values to fp16 and run the F16 path's mma
- * (fp16 x fp16, f32 accumulation): one decoder per type serves decode,
- * prefill, grouped MoE and the embedding.  Fields are read with 1- and
- * 2-byte loads where a block's alignment is only 2 (Q3_K, Q6_K, the IQ2s,
+ * cuda_embed is bit-exact and make blocks-check compares bit for bit.  The
+ * matrix kernels (decode, prefill, grouped MoE) use dec8h<TYPE>, the same
+ * values computed in half2 (below), and run the F16 path's mma (fp16 x
+ * fp16, f32 accumulation).  Fields are read 8 bytes at a time in one, two
+ * or four loads as the block's alignment allows (Q3_K, Q6_K, the IQ2s,
  * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2). */
 #ifndef STRATA_WBLOCKS_CUH
 #define STRATA_WBLOCKS_CUH
@@ -393,13 +393,16 @@ WB_UNROLL
  * s and o are the float scale and offset rounded to fp16 (offsets of signed
  * codes, -32 s for Q6_K, exact multiples of s), so a value may differ from
  * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
- * same decoder for every kernel and n (invariance).  Types without
- * H2<TYPE>::on (the IQ grids and IQ4 tables) keep dec8 + packing. */
+ * same decoder for every kernel and n (invariance).  The IQ4 types'
+ * levels become such codes (level + 128) by byte permutes from registers;
+ * the IQ2/IQ3_S grid magnitudes go the same way, their signs as XOR masks
+ * on the scale's fp16 sign bits (mags_h2). */
 template <int TYPE> struct H2 { static constexpr bool on = false; };
 #define WB_H2(T)                                                                                         \
     template <> struct H2<T> { static constexpr bool on = true; };
 WB_H2(GGML_TYPE_Q4_1) WB_H2(GGML_TYPE_Q5_0) WB_H2(GGML_TYPE_Q5_1) WB_H2(GGML_TYPE_Q2_K) WB_H2(GGML_TYPE_Q3_K)
-WB_H2(GGML_TYPE_Q4_K) WB_H2(GGML_TYPE_Q5_K) WB_H2(GGML_TYPE_Q6_K)
+WB_H2(GGML_TYPE_Q4_K) WB_H2(GGML_TYPE_Q5_K) WB_H2(GGML_TYPE_Q6_K) WB_H2(GGML_TYPE_IQ4_NL) WB_H2(GGML_TYPE_IQ4_XS)
+WB_H2(GGML_TYPE_IQ2_XXS) WB_H2(GGML_TYPE_IQ2_XS) WB_H2(GGML_TYPE_IQ2_S) WB_H2(GGML_TYPE_IQ3_S)
 #undef WB_H2
 
 /* The card's byte permute and fp16 fused multiply-add, emulated on the host
@@ -568,6 +571,95 @@ __host__ __device__ inline int dec8_any(int type, const uint8_t *c, int e0, floa
 #undef WB_CASE
     default: return -1;
     }
+}
+
+/* ---- fp16 decoders of the IQ types ---------------------------------------- */
+
+/* magnitudes (bytes of m, each < 1024) with signs (byte i 0x80: element i
+ * negative) -> fp16 pairs sc * (+-m): the sign goes onto the scale's sign
+ * bits, one byte permute per pair puts two sign bytes under bits 15, 31 */
+__host__ __device__ __forceinline__ uint4 mags_h2(uint2 m, uint2 sb, __half2 sc)
+{
+    const __half2 k1024 = __float2half2_rn(1024.f);
+    const uint32_t scb = h2bits(sc);
+    const uint32_t w[4] = {bperm(m.x, 0x64646464u, 0x4140), bperm(m.x, 0x64646464u, 0x4342),
+                           bperm(m.y, 0x64646464u, 0x4140), bperm(m.y, 0x64646464u, 0x4342)};
+    const uint32_t sg[4] = {bperm(sb.x, 0u, 0x1404), bperm(sb.x, 0u, 0x3424), bperm(sb.y, 0u, 0x1404),
+                            bperm(sb.y, 0u, 0x3424)};
+    uint32_t r[4];
+    WB_UNROLL
+    for (int k = 0; k < 4; k++)
+        r[k] = h2bits(__hmul2(__hsub2(bits2h2(w[k]), k1024), bits2h2(scb ^ sg[k])));
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+/* eight sign bits -> bytes 0x80 / 0 */
+__host__ __device__ __forceinline__ uint2 sign_bytes8(uint32_t s8)
+{
+    const uint2 b = bits_to_bytes(s8);
+    return make_uint2(b.x << 7, b.y << 7);
+}
+__host__ __device__ __forceinline__ uint2 u64_2(uint64_t g) { return make_uint2((uint32_t)g, (uint32_t)(g >> 32)); }
+
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
+{
+    const uint8_t *rec = b + 2 + 8 * (e0 >> 5);
+    const int l = (e0 >> 3) & 3;
+    const uint32_t w = u32(rec + 4);
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f((int)(w >> 28)))), 0.25f);
+    return mags_h2(u64_2(WB_TAB(iq2xxs_grid)[rec[l]]), sign_bytes8(sign7((w >> (7 * l)) & 127)), h2of(db));
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XS>(const uint8_t *b, int e0)
+{
+    const int g = e0 >> 3;
+    const int ls = (b[66 + (g >> 2)] >> ((g & 3) < 2 ? 0 : 4)) & 15;
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
+    const uint32_t q = u16(b + 2 + 2 * g);
+    return mags_h2(u64_2(WB_TAB(iq2xs_grid)[q & 511]), sign_bytes8(sign7(q >> 9)), h2of(db));
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_S>(const uint8_t *b, int e0)
+{
+    const int g = e0 >> 3, ib = g >> 2, l = g & 3;
+    const int ls = (b[74 + ib] >> (l < 2 ? 0 : 4)) & 15;
+    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
+    const int idx = b[2 + g] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
+    return mags_h2(u64_2(WB_TAB(iq2s_grid)[idx]), sign_bytes8(b[34 + g]), h2of(db));
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ3_S>(const uint8_t *b, int e0)
+{
+    const int ib = e0 >> 5, G = e0 >> 2, k = G & 7;
+    const int ls = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
+    const float db = fmul(h2f(b), i2f(1 + 2 * ls));
+    const uint32_t qh = b[66 + ib];
+    const uint32_t g0 = WB_TAB(iq3s_grid)[b[2 + G] | ((qh >> k) & 1) << 8];
+    const uint32_t g1 = WB_TAB(iq3s_grid)[b[3 + G] | ((qh >> (k + 1)) & 1) << 8];
+    return mags_h2(make_uint2(g0, g1), sign_bytes8(b[74 + (e0 >> 3)]), h2of(db));
+}
+/* IQ4 levels + 128 (1..241) of four nibbles (bytes of nb): two byte
+ * permutes of the level table's halves, picked per byte by the nibble's
+ * bit 3 */
+__host__ __device__ __forceinline__ uint32_t iq4_codes4(uint32_t nb)
+{
+    const uint32_t x = nb & 0x07070707u, y = x | (x >> 4); /* bytes 0, 2: n0 | n1 << 4, n2 | n3 << 4 */
+    const uint32_t sel = (y & 0xffu) | ((y >> 8) & 0xff00u);
+    const uint32_t lo = bperm(0x3f2d1801u, 0x766a5d4fu, sel), hi = bperm(0xa6998d81u, 0xf1d9c5b5u, sel);
+    const uint32_t m = ((nb >> 3) & 0x01010101u) * 0xffu;
+    return (lo & ~m) | (hi & m);
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_NL>(const uint8_t *c, int e0)
+{
+    const uint8_t *b = c + (e0 >> 5) * 18;
+    const int e = e0 & 31;
+    const uint2 nb = nib(ld8b<2>(b + 2 + (e & 15)), e >> 4);
+    const __half2 sc = h2of(h2f(b));
+    return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_XS>(const uint8_t *b, int e0)
+{
+    const int ib = e0 >> 5, e = e0 & 31;
+    const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | ((u16(b + 2) >> (2 * ib)) & 3) << 4;
+    const __half2 sc = h2of(fmul(h2f(b), i2f(ls - 32)));
+    const uint2 nb = nib(ld8b<8>(b + 8 + 16 * ib + (e & 15)), e >> 4);
+    return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
 }
 
 /* The fp16 decoder of any type above that has one (host check); -1 if none. */
