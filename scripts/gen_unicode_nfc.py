@@ -70,6 +70,7 @@ def main():
     print(f" * Python's unicodedata (Unicode {ud.unidata_version}); do not edit.")
     print(" * Sorted tables, searched by unicode_nfc.c. */")
     print('#include "text/unicode_nfc.h"\n')
+    print(f'const char unicode_nfc_version[] = "{ud.unidata_version}";\n')
 
     print(f"/* canonical combining class != 0: {len(ccc)} ranges */")
     print("const unicode_ccc_range unicode_ccc[] = {")

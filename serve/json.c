@@ -543,6 +543,18 @@ void jbuf_raw(jbuf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
+void jbuf_text(jbuf *b, const char *s, size_t n)
+{
+    while (n) {
+        const char *nul = memchr(s, '\0', n);
+        size_t run = nul ? (size_t)(nul - s) : n;
+        jbuf_raw(b, s, run);
+        run += nul != NULL;
+        s += run;
+        n -= run;
+    }
+}
+
 void jbuf_puts(jbuf *b, const char *s)
 {
     jbuf_raw(b, s, strlen(s));

@@ -66,6 +66,12 @@ typedef struct jbuf {
 
 void jbuf_free(jbuf *b);
 void jbuf_raw(jbuf *b, const char *s, size_t n);
+/* s[0..n) without its NUL bytes: an answer's text.  A model may write the
+ * byte token for 0x00 (random-weight models do), and a request holding a
+ * NUL is refused (serve/request.c), so a client sending the answer back as
+ * history would be refused; the conversation index maps the text without
+ * them to the ids written, so the next turn still finds those. */
+void jbuf_text(jbuf *b, const char *s, size_t n);
 void jbuf_puts(jbuf *b, const char *s);
 void jbuf_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A JSON string literal (quotes included) of s[0..n). */

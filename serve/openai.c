@@ -250,7 +250,7 @@ static void generate(serve_call *k, gen *g)
         size_t len = 0, before = out.len;
         const char *t = tokdec_push(dec, tok, &len, &err);
         if (t && len)
-            jbuf_raw(&out, t, len);
+            jbuf_text(&out, t, len);
         size_t safe = out.len;
         if (g->n_stop) {
             size_t from = before >= maxstop ? before - maxstop + 1 : 0;
@@ -281,7 +281,7 @@ static void generate(serve_call *k, gen *g)
         size_t len = 0;
         const char *t = tokdec_flush(dec, &len);
         if (t && len)
-            jbuf_raw(&out, t, len);
+            jbuf_text(&out, t, len);
         long at = g->n_stop ? find_stop(g, out.p, out.len, 0) : -1;
         if (at >= 0) {
             out.len = (size_t)at;

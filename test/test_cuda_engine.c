@@ -13,9 +13,11 @@
  *     scripts/trace-diff.py, 6-layer llama) it grows from 7e-3 at layer 0 to
  *     5e-2 (F16 weights) .. 1.3e-1 (IQ3_XXS weights, k8v4 cache) at the
  *     logits.  With k8v4 the V rows add Q4_0 rounding flips (a value on the
- *     other side of a rounding boundary moves by a whole step), so the
- *     teacher-forced check uses --kv f16 and the greedy check the default;
- *   - greedy generation of 256 tokens (the default cache, k8v4r; 32 under
+ *     other side of a rounding boundary moves by a whole step), so both
+ *     checks against the CPU use --kv f16 (the k8v4 formats' own cost is
+ *     measured against float64 in doc/perplexity.md; the split, batch and
+ *     chunk checks below run the default cache, card against card, bitwise);
+ *   - greedy generation of 256 tokens (f16 cache; 32 under
  *     STRATA_TEST_SMALL):
  *     identical, or the first
  *     divergence is a near-tie — the CPU's logit for the GPU's token is
@@ -61,8 +63,7 @@ static strata_engine *open_kv(const char *path, int backend, const char *split, 
 static strata_engine *open_on(const char *path, int backend, const char *split, int slots,
                               int chunk)
 {
-    /* the default cache, the rotated k8v4 (k8v4r): the greedy, split, batch
-     * and chunk checks below cover its rotate/unrotate launches */
+    /* the default cache: the split, batch and chunk checks below run it */
     return open_kv(path, backend, split, slots, chunk, STRATA_KV_DEFAULT);
 }
 
@@ -150,8 +151,12 @@ static void gpu_matches_cpu(const char *path, int n_prompt)
            worst, n_prompt);
     strata_close(cpu);
     strata_close(gpu);
-    cpu = open_on(path, STRATA_BACKEND_CPU, NULL, 1, 256);
-    gpu = open_on(path, STRATA_BACKEND_CUDA, NULL, 1, 256);
+    /* greedy with the f16 cache too: with k8v4 one Q4_0 rounding flip of a
+     * V value (gpu and cpu differ by ~1e-3 before quantizing) moves a logit
+     * by more than the RMS noise this criterion measures (seen on the H200:
+     * the demo model diverged at step 3 with a gap of 3.1 x RMS) */
+    cpu = open_kv(path, STRATA_BACKEND_CPU, NULL, 1, 256, STRATA_KV_F16);
+    gpu = open_kv(path, STRATA_BACKEND_CUDA, NULL, 1, 256, STRATA_KV_F16);
     float *kc, *kg;
     const int greedy_n = test_small() ? GREEDY_SMALL : GREEDY_FULL;
     int32_t *tc = greedy(cpu, ids, 8, greedy_n, &kc), *tg = greedy(gpu, ids, 8, greedy_n, &kg);

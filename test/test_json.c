@@ -234,6 +234,13 @@ START_TEST(json_writer_round_trips)
     jbuf_num(&b, NAN);
     ck_assert_str_eq(b.p, "42 0.10000000000000001 null");
     jbuf_free(&b);
+    /* an answer's text drops its NUL bytes (a request holding one is refused) */
+    jbuf_text(&b, "\0a\0\0bc\0", 7);
+    jbuf_text(&b, "d", 1);
+    jbuf_text(&b, "\0", 1);
+    ck_assert_uint_eq(b.len, 4);
+    ck_assert_str_eq(b.p, "abcd");
+    jbuf_free(&b);
 }
 END_TEST
 

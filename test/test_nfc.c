@@ -67,8 +67,19 @@ START_TEST(nfc_matches_python)
         TEST_SKIP("python", "python3 missing");
     char *out = NULL;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/nfc_check.py", test_root());
+    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/nfc_check.py --unicode %s", test_root(),
+             unicode_nfc_version);
     ck_assert_int_eq(test_run(cmd, &out), 0);
+    /* the oracle must be the version the tables were made from: CI's python3
+     * is; another one differs on the characters added in between */
+    char pyver[32];
+    if (sscanf(out, "unicode-version %31s", pyver) == 1) {
+        static char why[128];
+        snprintf(why, sizeof why, "python3's unicodedata is Unicode %s, the tables %s", pyver,
+                 unicode_nfc_version);
+        free(out);
+        TEST_SKIP("python", why);
+    }
     static char in[4096], want[4096];
     size_t lines = 0, bad = 0, changed = 0;
     char *save = NULL;

@@ -187,6 +187,7 @@ START_TEST(park_cuda_capture_waits_for_compute)
     strata_error err = {0};
     strata_park *pk = park_new(e, 64, 16, &err);
     ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
+    ck_assert_int_eq(park_set_verify(pk, 1, NULL), 0); /* the span check reads checksums */
     int n = 2000;
     int32_t *t = malloc((size_t)n * sizeof *t);
     uint64_t seed = 11;

@@ -32,6 +32,8 @@ typedef struct unicode_pair {
 /* The longest full canonical decomposition (the generator checks it). */
 #define UNICODE_DECOMP_MAX 4
 
+/* the Unicode version the tables were generated from ("14.0.0") */
+extern const char unicode_nfc_version[];
 extern const unicode_ccc_range unicode_ccc[];
 extern const size_t unicode_ccc_count;
 extern const uint32_t unicode_decomp_pool[];

@@ -3,6 +3,8 @@
  * Sorted tables, searched by unicode_nfc.c. */
 #include "text/unicode_nfc.h"
 
+const char unicode_nfc_version[] = "14.0.0";
+
 /* canonical combining class != 0: 382 ranges */
 const unicode_ccc_range unicode_ccc[] = {
     {0x0300, 0x0314, 230}, {0x0315, 0x0315, 232}, {0x0316, 0x0319, 220},

@@ -13,7 +13,11 @@ unicodedata.normalize('NFC', s)).  The corpus:
   * random strings (fixed seed) over those characters, half of them
     decomposed first, so marks meet bases in every order.
 
-Usage: nfc_check.py [--count]   (--count: how many lines NFC changes, on stderr)
+Usage: nfc_check.py [--count] [--unicode VERSION]
+  --count    how many lines NFC changes, on stderr
+  --unicode  the version strata's tables were made from: when this Python's
+             unicodedata is another version, print only "unicode-version V"
+             (the two would disagree on characters added in between)
 """
 import random
 import sys
@@ -72,6 +76,11 @@ def corpus():
 
 
 def main():
+    if "--unicode" in sys.argv:
+        want = sys.argv[sys.argv.index("--unicode") + 1]
+        if want != ud.unidata_version:
+            print("unicode-version " + ud.unidata_version)
+            return
     changed = total = 0
     out = sys.stdout
     for s in corpus():
