@@ -369,13 +369,18 @@ static void load_dir(persist *ps, const persist_params *pp)
         }
         char *path = join(ps->dir, v[i].name);
         strata_error err = {0};
-        int rc = path ? persist_load_file(&ps->id, ps->cache, path, NULL, &err) : -1;
+        convcache_image *img = NULL;
+        int rc = path ? persist_load_file(&ps->id, ps->cache, path, &img, &err) : -1;
         free(path);
         if (rc) {
             fprintf(stderr, "strata: warning: conversation save: skipped %s\n", err.msg);
             ps->st.skipped++;
         } else {
             ps->st.loaded++;
+            int nt = 0;
+            const int32_t *t = img ? convcache_image_tokens(img, &nt) : NULL;
+            if (pp->on_load && t && nt > 0)
+                pp->on_load(t, nt, pp->load_user);
         }
     }
     free(v);

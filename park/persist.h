@@ -58,6 +58,12 @@ typedef struct persist_params {
     size_t max_mib;        /* size cap of the directory's images; 0: none */
     int max_days;          /* files older than this are removed; 0: never */
     size_t min_free_mib;   /* loading stops while MemAvailable is under it */
+    /* Called (may be NULL) on persist_new's thread for each image loaded at
+     * start, oldest first, with its tokens (valid during the call only): a
+     * front end that finds conversations by text rebuilds its index from
+     * them (serve/convindex.h). */
+    void (*on_load)(const int32_t *tokens, int n, void *user);
+    void *load_user;
 } persist_params;
 
 typedef struct persist_stats {

@@ -389,7 +389,7 @@ START_TEST(persist_flipped_byte_skipped)
         convcache_free(c);
     }
     /* through the directory: warned, counted, not loaded */
-    persist_params pp = {dir, 0, 0, 0};
+    persist_params pp = {.dir = dir};
     convcache *c = plain_cache(e->n_stages);
     persist *ps = persist_new(e, c, &pp, &err);
     ck_assert_msg(ps != NULL, "%s", err.msg);
@@ -459,7 +459,7 @@ START_TEST(persist_write_failure_is_a_warning)
     strata_park *pk = park_new(e, 64, 16, &err);
     ck_assert_ptr_nonnull(pk);
     char *dir = path_in(test_tmpdir(), "save");
-    persist_params pp = {dir, 0, 0, 0};
+    persist_params pp = {.dir = dir};
     ck_assert_msg(park_persist_start(pk, &pp, &err) == 0, "%s", err.msg);
     int32_t *t = random_tokens(300, 81);
     strata_seq *s = strata_seq_new(e, &err);
