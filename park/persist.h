@@ -75,6 +75,13 @@ typedef struct persist_stats {
     uint64_t removed;      /* files removed by the cap, the age limit or a
                               newer image of the same conversation */
     uint64_t bytes_written;
+    /* The writer's time for the images it saved (gather, write, fsync,
+     * rename, and the read-back and removal of the file each replaces):
+     * the cost of saving, off the decode path; bench --workload prints it
+     * per 100K tokens. */
+    uint64_t tokens_saved;
+    double save_seconds;
+    double save_ms100k_max;   /* the slowest image, ms per 100K tokens */
 } persist_stats;
 
 /* The engine's identity (hashing the model's header: a few ms). */
