@@ -226,9 +226,14 @@ int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size
         free(text);
         return 0;
     }
+    /* a control token besides the BOS rules out a plain entry: skip its
+     * encoding (the whole text's, at start, for every image loaded) */
+    int control = 0;
+    for (size_t i = skip; i < n_ids && !control; i++)
+        control = tokenizer_token_type(t, ids[i]) == TOKEN_TYPE_CONTROL;
     int added = 0;
     strata_error err = {0};
-    for (int kind = 0; kind < 2; kind++) {
+    for (int kind = control; kind < 2; kind++) {
         tok_ids enc = {0};
         int flags = TOK_ENCODE_ADD_BOS | (kind ? TOK_ENCODE_SPECIAL : 0);
         if (!tokenizer_encode(t, text, len, flags, &enc, &err) &&
