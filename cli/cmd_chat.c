@@ -62,7 +62,11 @@ static void usage(FILE *f)
                "Each turn sends the whole conversation to the scheduler; a follow-up turn\n"
                "restores the previous turns from the conversation cache instead of\n"
                "re-reading them (--conversation-cache-mib, default %d for chat; 0: off,\n"
-               "every turn re-reads the conversation).\n\n", CHAT_CACHE_MIB);
+               "every turn re-reads the conversation).\n\n"
+               "  --resume                with --conversation-save DIR: go on with the newest\n"
+               "                          conversation saved there (the one a chat over DIR\n"
+               "                          left last); its first follow-up restores it and\n"
+               "                          reads only the new message\n\n", CHAT_CACHE_MIB);
     cli_opts_help(f, CHAT_USES);
 }
 
@@ -120,6 +124,7 @@ typedef struct chat_state {
                          * context holds when it ended by length: the last
                          * token was sampled, not fed) */
     int have_last;
+    tok_ids saved;      /* --resume: the newest image loaded at start */
 } chat_state;
 
 static void print_cache_stats(chat_state *c)
@@ -342,6 +347,53 @@ static void turn(chat_state *c, const char *line)
  * the read at the prompt or cancels the answer.  A Ctrl-C while loading
  * stays pending; the load polls for it between tensors and stops (exit 130,
  * frontend.c). */
+/* Each image the save directory loads at start (oldest first, within
+ * sched_new): the last one is the newest, the conversation to resume. */
+static void on_load(const int32_t *tokens, int n, void *user)
+{
+    chat_state *c = user;
+    c->saved.n = 0;
+    for (int i = 0; i < n; i++)
+        if (tok_ids_push(&c->saved, tokens[i])) {
+            c->saved.n = 0;   /* out of memory: nothing to resume */
+            return;
+        }
+}
+
+/* --resume: the saved conversation becomes this one's history.  Its tokens
+ * are exactly what the model read (the image), so the next turn's prompt
+ * begins with them and restores them all; the end-of-turn marker of its
+ * last answer is added by that turn, as after any answer. */
+static void resume(chat_state *c, const char *dir, int tty)
+{
+    if (!c->saved.n) {
+        fprintf(stderr, "strata-cli chat: --resume: no saved conversation loaded from %s; "
+                        "starting a new one\n", dir);
+        return;
+    }
+    conv_reset(&c->conv);
+    for (size_t i = 0; i < c->saved.n; i++)
+        if (tok_ids_push(&c->conv.toks, c->saved.ids[i])) {
+            conv_reset(&c->conv);
+            fprintf(stderr, "strata-cli chat: --resume: out of memory; starting a new "
+                            "conversation\n");
+            return;
+        }
+    c->conv.n_before = c->conv.toks.n;
+    c->conv.turns = 1;
+    fprintf(stderr, "(resumed a conversation of %zu tokens saved in %s)\n", c->saved.n, dir);
+    if (tty) {
+        /* the history as the model read it, markup included */
+        char *text = NULL;
+        size_t len = 0;
+        strata_error err = {0};
+        if (!tokenizer_decode(strata_tokenizer(c->fe.e), c->saved.ids, c->saved.n,
+                              TOK_DECODE_SPECIAL, &text, &len, &err))
+            fprintf(stderr, "%.*s\n", (int)len, text);
+        free(text);
+    }
+}
+
 static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
 {
     sigset_t block, old;
@@ -353,6 +405,8 @@ static int chat_open(chat_state *c, cli_opts *o, strata_error *err)
         sched_params sp = sched_params_default();
         sp.chat_template = o->chat_template;
         cli_opts_sched_cache(o, &sp);
+        sp.on_load = on_load;
+        sp.load_user = c;
         c->sched = sched_new(c->fe.e, &sp, err);
         if (!c->sched) {
             rc = err->code ? err->code : STRATA_E_NOMEM;
@@ -377,9 +431,27 @@ int cmd_chat(int argc, char **argv)
     o.uses = CHAT_USES;
     o.cmd = "chat";
     o.conv_cache_mib = CHAT_CACHE_MIB; /* before parsing: the user's value wins, 0 too */
-    int st = cli_opts_parse_all(&o, "chat", argc, argv, usage);
+    /* --resume is chat's own: taken out before the shared options */
+    int want_resume = 0, n_args = 0;
+    char **args = malloc((size_t)(argc + 1) * sizeof *args);
+    if (!args)
+        return 1;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--resume"))
+            want_resume = 1;
+        else
+            args[n_args++] = argv[i];
+    }
+    args[n_args] = NULL;
+    int st = cli_opts_parse_all(&o, "chat", n_args, args, usage);
+    free(args);
     if (st >= 0)
         return st;
+    if (want_resume && !o.conv_save_dir) {
+        fprintf(stderr, "strata-cli chat: --resume goes on with a conversation saved by "
+                        "--conversation-save DIR; give the DIR\n");
+        return 2;
+    }
     if (o.n_predict == 0) {
         /* the scheduler reads max_tokens <= 0 as "no limit": say so rather
          * than answer without one */
@@ -413,6 +485,9 @@ int cmd_chat(int argc, char **argv)
                 strata_model(c.fe.e)->arch_name,
                 strata_backend(c.fe.e) == STRATA_BACKEND_CUDA ? "cuda" : "cpu",
                 strata_kv_name(strata_kv_type(c.fe.e)), (double)o.sp.temp, c.cache_mib);
+    if (want_resume)
+        resume(&c, o.conv_save_dir, tty);
+    tok_ids_free(&c.saved);
     char *line = NULL;
     size_t cap = 0, len = 0;
     for (;;) {

@@ -185,8 +185,18 @@ int persist_enforce(const char *dir, size_t max_mib, int max_days)
 
 /* ---- the writer thread --------------------------------------------------- */
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void save_one(persist *ps, persist_job *j)
 {
+    double t0 = now_s();
+    int n_tok = 0;
+    convcache_image_tokens(j->img, &n_tok);
     strata_error err = {0};
     char *path = join(ps->dir, j->name);
     uint64_t bytes = 0;
@@ -203,6 +213,7 @@ static void save_one(persist *ps, persist_job *j)
     free(path);
     if (!rc)
         removed += persist_enforce(ps->dir, ps->max_mib, ps->max_days);
+    double dt = now_s() - t0;
     pthread_mutex_lock(&ps->mu);
     ps->st.removed += (uint64_t)removed;
     if (rc) {
@@ -213,6 +224,11 @@ static void save_one(persist *ps, persist_job *j)
     } else {
         ps->st.saved++;
         ps->st.bytes_written += bytes;
+        ps->st.tokens_saved += (uint64_t)n_tok;
+        ps->st.save_seconds += dt;
+        double ms = n_tok > 0 ? dt * 1e3 * 1e5 / n_tok : 0;
+        if (ms > ps->st.save_ms100k_max)
+            ps->st.save_ms100k_max = ms;
     }
     ps->last_failed = rc != 0;
     pthread_mutex_unlock(&ps->mu);
@@ -369,13 +385,18 @@ static void load_dir(persist *ps, const persist_params *pp)
         }
         char *path = join(ps->dir, v[i].name);
         strata_error err = {0};
-        int rc = path ? persist_load_file(&ps->id, ps->cache, path, NULL, &err) : -1;
+        convcache_image *img = NULL;
+        int rc = path ? persist_load_file(&ps->id, ps->cache, path, &img, &err) : -1;
         free(path);
         if (rc) {
             fprintf(stderr, "strata: warning: conversation save: skipped %s\n", err.msg);
             ps->st.skipped++;
         } else {
             ps->st.loaded++;
+            int nt = 0;
+            const int32_t *t = img ? convcache_image_tokens(img, &nt) : NULL;
+            if (pp->on_load && t && nt > 0)
+                pp->on_load(t, nt, pp->load_user);
         }
     }
     free(v);

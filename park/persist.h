@@ -58,6 +58,12 @@ typedef struct persist_params {
     size_t max_mib;        /* size cap of the directory's images; 0: none */
     int max_days;          /* files older than this are removed; 0: never */
     size_t min_free_mib;   /* loading stops while MemAvailable is under it */
+    /* Called (may be NULL) on persist_new's thread for each image loaded at
+     * start, oldest first, with its tokens (valid during the call only): a
+     * front end that finds conversations by text rebuilds its index from
+     * them (serve/convindex.h). */
+    void (*on_load)(const int32_t *tokens, int n, void *user);
+    void *load_user;
 } persist_params;
 
 typedef struct persist_stats {
@@ -69,6 +75,13 @@ typedef struct persist_stats {
     uint64_t removed;      /* files removed by the cap, the age limit or a
                               newer image of the same conversation */
     uint64_t bytes_written;
+    /* The writer's time for the images it saved (gather, write, fsync,
+     * rename, and the read-back and removal of the file each replaces):
+     * the cost of saving, off the decode path; bench --workload prints it
+     * per 100K tokens. */
+    uint64_t tokens_saved;
+    double save_seconds;
+    double save_ms100k_max;   /* the slowest image, ms per 100K tokens */
 } persist_stats;
 
 /* The engine's identity (hashing the model's header: a few ms). */

@@ -89,7 +89,8 @@ int sched_open_save(strata_sched *s, strata_error *err)
     park_set_min_free(s->park, s->p.min_free_mib);
     if (!s->p.save_dir)
         return 0;
-    persist_params pp = {s->p.save_dir, s->p.save_mib, s->p.save_days, s->p.min_free_mib};
+    persist_params pp = {s->p.save_dir, s->p.save_mib, s->p.save_days, s->p.min_free_mib,
+                         s->p.on_load, s->p.load_user};
     int rc = park_persist_start(s->park, &pp, err);
     if (rc)
         return rc;

@@ -110,6 +110,11 @@ typedef struct sched_params {
      * (park_set_observer); bench --workload takes its figures from it. */
     park_observer on_park;
     void *park_user;
+    /* With save_dir: called within sched_new, on its caller's thread, with
+     * the tokens of each image loaded from save_dir (persist_params.on_load):
+     * the server rebuilds its text index from them. */
+    void (*on_load)(const int32_t *tokens, int n, void *user);
+    void *load_user;
 } sched_params;
 
 sched_params sched_params_default(void);

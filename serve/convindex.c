@@ -6,6 +6,7 @@
 #include "serve/convindex.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,4 +147,100 @@ int convindex_entries(convindex *x)
     int n = x->n;
     pthread_mutex_unlock(&x->mu);
     return n;
+}
+
+/* ---- entries rebuilt from ids ------------------------------------------- */
+
+/* Tokens that are not plain text to the encoder: control tokens (read from
+ * text only with TOK_ENCODE_SPECIAL) and user-defined ones (always read). */
+static int is_marker(const tokenizer *t, int32_t id)
+{
+    enum token_type ty = tokenizer_token_type(t, id);
+    return ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED;
+}
+
+static int same_markers(const tokenizer *t, const int32_t *a, size_t na, const int32_t *b,
+                        size_t nb)
+{
+    size_t i = 0, j = 0;
+    for (;;) {
+        while (i < na && !is_marker(t, a[i]))
+            i++;
+        while (j < nb && !is_marker(t, b[j]))
+            j++;
+        if (i == na || j == nb)
+            return i == na && j == nb;
+        if (a[i++] != b[j++])
+            return 0;
+    }
+}
+
+/* The text the server would have sent for ids: decoded as a stream
+ * (openai.c's tokdec), so bytes that do not make a UTF-8 character come
+ * out as U+FFFD there as here, with control tokens as their text (the
+ * template's markup).  NULL when an id is not this tokenizer's. */
+static char *stream_text(const tokenizer *t, const int32_t *ids, size_t n, size_t *len)
+{
+    tokdec *d = NULL;
+    strata_error err = {0};
+    if (tokdec_new(t, TOK_DECODE_SPECIAL, &d, &err))
+        return NULL;
+    size_t cap = 256, at = 0;
+    char *text = malloc(cap);
+    for (size_t i = 0; text && i <= n; i++) {
+        size_t l = 0;
+        const char *piece = i < n ? tokdec_push(d, ids[i], &l, &err) : tokdec_flush(d, &l);
+        if (!piece) {
+            free(text);
+            text = NULL;
+            break;
+        }
+        if (at + l + 1 > cap) {
+            while (at + l + 1 > cap)
+                cap *= 2;
+            char *nt = realloc(text, cap);
+            if (!nt) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = nt;
+        }
+        memcpy(text + at, piece, l);
+        at += l;
+    }
+    tokdec_free(d);
+    if (text)
+        text[at] = '\0';
+    *len = at;
+    return text;
+}
+
+int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids)
+{
+    int32_t bos = tokenizer_bos(t);
+    size_t skip = tokenizer_add_bos(t) && bos >= 0 && n_ids && ids[0] == bos ? 1 : 0;
+    size_t len = 0;
+    char *text = stream_text(t, ids + skip, n_ids - skip, &len);
+    if (!text || !len) {
+        free(text);
+        return 0;
+    }
+    /* a control token besides the BOS rules out a plain entry: skip its
+     * encoding (the whole text's, at start, for every image loaded) */
+    int control = 0;
+    for (size_t i = skip; i < n_ids && !control; i++)
+        control = tokenizer_token_type(t, ids[i]) == TOKEN_TYPE_CONTROL;
+    int added = 0;
+    strata_error err = {0};
+    for (int kind = control; kind < 2; kind++) {
+        tok_ids enc = {0};
+        int flags = TOK_ENCODE_ADD_BOS | (kind ? TOK_ENCODE_SPECIAL : 0);
+        if (!tokenizer_encode(t, text, len, flags, &enc, &err) &&
+            same_markers(t, ids, n_ids, enc.ids, enc.n))
+            added += convindex_add(x, kind, text, len, ids, n_ids) == 0;
+        tok_ids_free(&enc);
+    }
+    free(text);
+    return added;
 }

@@ -35,4 +35,15 @@ int convindex_add(convindex *x, int kind, const char *text, size_t n, const int3
                   size_t n_ids);
 int convindex_entries(convindex *x);
 
+/* Remember a conversation known only by its ids (an image loaded from the
+ * save directory at start, whose text was not saved): its text is what the
+ * ids decode to as the server streams an answer (bytes that make no UTF-8
+ * character become U+FFFD, as the client got them; control tokens as their
+ * text; a leading BOS the tokenizer adds is not text).  Added for each
+ * kind (chat: control tokens read from the text; plain: none) whose
+ * encoding of that text has the same control and user-defined tokens as
+ * the ids, in the same order, so the ids mean what the text would.
+ * Returns how many entries were added (0, 1 or 2). */
+int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids);
+
 #endif

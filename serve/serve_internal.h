@@ -32,6 +32,8 @@ struct serve {
     char fmt_err[512];          /* why chat is refused when !have_fmt */
     int n_ctx, n_slots;
     convindex *idx;
+    int n_loaded, n_load_indexed; /* images loaded from the save directory,
+                                     and those the index could rebuild */
     serve_metrics m;
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -446,11 +446,24 @@ static void on_step(const sched_step *st, void *user)
     atomic_store(&s->queued, st->n_queued);
 }
 
+/* An image loaded from --conversation-save's directory: the index from text
+ * to ids did not survive the restart, so it is rebuilt from the image's
+ * ids, and a client resending that conversation's history as text finds
+ * the same ids again (convindex_add_ids). */
+static void on_load(const int32_t *tokens, int n, void *user)
+{
+    serve *s = user;
+    s->n_loaded++;
+    s->n_load_indexed += convindex_add_ids(s->idx, s->tok, tokens, (size_t)n) > 0;
+}
+
 int serve_attach(serve *s, strata_engine *e, const sched_params *sp, strata_error *err)
 {
     sched_params p = *sp;
     p.on_step = on_step;
     p.step_user = s;
+    p.on_load = on_load;
+    p.load_user = s;
     s->e = e;
     s->tok = strata_tokenizer(e);
     s->n_ctx = strata_n_ctx(e);
@@ -466,6 +479,9 @@ int serve_attach(serve *s, strata_engine *e, const sched_params *sp, strata_erro
     if (!s->sched)
         return err->code ? err->code : STRATA_E_NOMEM;
     s->n_slots = sched_n_slots(s->sched);
+    if (sp->save_dir && !s->p.quiet)
+        fprintf(stderr, "strata serve: %d conversations loaded from %s, %d of them found by "
+                        "text\n", s->n_loaded, sp->save_dir, s->n_load_indexed);
     atomic_store(&s->ready, 1);
     return 0;
 }

@@ -203,6 +203,67 @@ START_TEST(bad_sizes_refused)
 }
 END_TEST
 
+/* --conversation-save: each run saves into its own subdirectory, the
+ * writer's time is a row of the table whose count is the images the
+ * summary says were saved, and a directory that already holds images is
+ * refused (they would be loaded, turning first reads into restores). */
+START_TEST(saves_are_timed)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_tiny_llama("bench-workload-llama", 400, 13);
+    const char *dir = test_tmpdir();
+    char *out = NULL;
+    const char *fmt = "'%s' bench --workload -m '%s' --backend cpu -t 1 --clients %d --rounds %d "
+                      "--tokens %d --gen-tokens 6 --batch 2 --kv-resident 1024 "
+                      "--conversation-cache-mib 1 --conversation-cache-slots 4 "
+                      "--conversation-save '%s/save' 2>&1";
+    int rc = test_runf(&out, fmt, cli, model, WL_CLIENTS, WL_ROUNDS, WL_TOKENS, dir);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "answers: the same in both runs"), "%s", out);
+    const char *name[2] = {"parallel", "serial"};
+    for (int m = 0; m < 2; m++) {
+        char key[700];
+        snprintf(key, sizeof key, "%s: saved to %s/save/%s: ", name[m], dir, name[m]);
+        const char *p = strstr(out, key);
+        unsigned long long saved = 0, tokens = 0, failed = 9, dropped = 9;
+        double mib = 0, secs = 0;
+        ck_assert_msg(p && sscanf(p + strlen(key), "%llu images, %llu tokens, %lf MiB in %lf s "
+                                  "of the writer; %llu failed, %llu not queued", &saved,
+                                  &tokens, &mib, &secs, &failed, &dropped) == 6,
+                      "no save line for %s:\n%s", name[m], out);
+        ck_assert_msg(saved > 0 && tokens > saved && mib > 0 && secs > 0 && failed == 0,
+                      "%s saved nothing:\n%s", name[m], out);
+        /* the row: "save (writer)" on the first run's line, blank on the second's */
+        const char *row = strstr(out, "save (writer)");
+        ck_assert_ptr_nonnull(row);
+        if (m)
+            row = strchr(row, '\n') + 1;
+        char mode[16], dash1[4], dash2[4];
+        int n = 0;
+        double mean = 0, max = 0, gbps = 0;
+        ck_assert_msg(sscanf(row + 28, "%15s %d %3s %lf %3s %lf %lf", mode, &n, dash1, &mean,
+                             dash2, &max, &gbps) == 7 && !strcmp(mode, name[m]),
+                      "no save row for %s:\n%s", name[m], out);
+        ck_assert_msg((unsigned long long)n == saved && mean > 0 && max >= mean && gbps > 0,
+                      "%s: save row n %d mean %.2f max %.2f, %llu saved:\n%s", name[m], n,
+                      mean, max, saved, out);
+        char sub[700];
+        snprintf(sub, sizeof sub, "ls '%s/save/%s' | grep -c 'skv$'", dir, name[m]);
+        char *ls = NULL;
+        ck_assert_int_eq(test_runf(&ls, "%s", sub), 0);
+        ck_assert_msg(atoi(ls) > 0, "no images in %s/save/%s", dir, name[m]);
+        free(ls);
+    }
+    free(out);
+    rc = test_runf(&out, fmt, cli, model, WL_CLIENTS, WL_ROUNDS, WL_TOKENS, dir);
+    ck_assert_msg(rc == 2 && strstr(out, "saved images from an earlier run"), "exit %d:\n%s",
+                  rc, out);
+    free(out);
+}
+END_TEST
+
 static Suite *bench_workload_suite(void)
 {
     Suite *s = suite_create("bench_workload");
@@ -210,6 +271,7 @@ static Suite *bench_workload_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, table_counts_what_happened);
     tcase_add_test(tc, bad_sizes_refused);
+    tcase_add_test(tc, saves_are_timed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -289,6 +289,77 @@ START_TEST(persist_chat_two_processes)
 }
 END_TEST
 
+/* The /stats line of a chat: prompt tokens, kept in the slot, restored,
+ * read. */
+static void chat_stats(const char *out, int *prompt, int *kept, int *restored, int *read)
+{
+    const char *p = strstr(out, "strata: prompt ");
+    int reused = 0;
+    ck_assert_msg(p && sscanf(p, "strata: prompt %d tok: %d reused (%d kept in the slot, %d "
+                              "restored in %*f s), %d read", prompt, &reused, kept, restored,
+                              read) == 5, "no /stats line:\n%s", out);
+}
+
+/* chat --resume: a second chat process goes on with the conversation the
+ * first left in the save directory.  Its follow-up restores the whole
+ * history from the file and reads only the new message: the same counts
+ * (restored there, kept in the slot here) and the same answer as one chat
+ * that asked both questions.  The demo model, so that the first answer
+ * ends by its stop token and the saved history is all of it. */
+START_TEST(persist_chat_resume)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
+    char *dir = path_in(test_tmpdir(), "save");
+    const char *args = "-n 48 -t 1 --backend cpu";
+    char *first = NULL, *again = NULL, *both = NULL, *none = NULL;
+    ck_assert_int_eq(test_runf(&first, "printf 'What is the capital of France?\\n' | '%s' chat "
+                               "-m '%s' %s --conversation-save '%s' 2>/dev/null", cli, model,
+                               args, dir), 0);
+    ck_assert_int_eq(count_images(dir), 1);
+    ck_assert_int_eq(test_runf(&again, "printf 'And of Germany?\\n/stats\\n' | '%s' chat -m "
+                               "'%s' %s --conversation-save '%s' --resume 2>/dev/null", cli,
+                               model, args, dir), 0);
+    ck_assert_int_eq(test_runf(&both, "printf 'What is the capital of France?\\nAnd of "
+                               "Germany?\\n/stats\\n' | '%s' chat -m '%s' %s 2>/dev/null", cli,
+                               model, args), 0);
+    int p1, k1, r1, n1, p2, k2, r2, n2;
+    chat_stats(again, &p1, &k1, &r1, &n1);
+    chat_stats(both, &p2, &k2, &r2, &n2);
+    ck_assert_msg(p1 == p2 && r1 == k2 && k1 == 0 && n1 == n2 && r1 > n1,
+                  "resumed: prompt %d, %d restored, %d read; one chat: prompt %d, %d kept, %d "
+                  "read", p1, r1, n1, p2, k2, n2);
+    /* the resumed answer is the one chat's second line */
+    const char *nl = strchr(again, '\n');
+    ck_assert_ptr_nonnull(nl);
+    const char *second = strchr(both, '\n');
+    ck_assert_ptr_nonnull(second);
+    ck_assert_msg(nl - again > 0 && !strncmp(second + 1, again, (size_t)(nl - again + 1)),
+                  "resumed answer '%.*s', one chat's:\n%s", (int)(nl - again), again, both);
+    fprintf(stderr, "persist_chat_resume: follow-up of %d tokens, %d restored from the file, "
+            "%d read\n", p1, r1, n1);
+    /* --resume needs the directory; an empty one starts a new conversation */
+    ck_assert_int_eq(test_runf(&none, "printf '' | '%s' chat -m '%s' %s --resume 2>&1", cli, model,
+                               args), 2);
+    ck_assert_msg(strstr(none, "--conversation-save"), "%s", none);
+    free(none);
+    char *empty = path_in(test_tmpdir(), "empty");
+    ck_assert_int_eq(test_runf(&none, "printf '' | '%s' chat -m '%s' %s --conversation-save "
+                               "'%s' --resume 2>&1", cli, model, args, empty), 0);
+    ck_assert_msg(strstr(none, "no saved conversation"), "%s", none);
+    free(none);
+    free(empty);
+    free(first);
+    free(again);
+    free(both);
+    free(dir);
+}
+END_TEST
+
 /* ---- crash safety --------------------------------------------------------- */
 
 /* A child writes two images over one file in a loop; killed at random
@@ -389,7 +460,7 @@ START_TEST(persist_flipped_byte_skipped)
         convcache_free(c);
     }
     /* through the directory: warned, counted, not loaded */
-    persist_params pp = {dir, 0, 0, 0};
+    persist_params pp = {.dir = dir};
     convcache *c = plain_cache(e->n_stages);
     persist *ps = persist_new(e, c, &pp, &err);
     ck_assert_msg(ps != NULL, "%s", err.msg);
@@ -459,7 +530,7 @@ START_TEST(persist_write_failure_is_a_warning)
     strata_park *pk = park_new(e, 64, 16, &err);
     ck_assert_ptr_nonnull(pk);
     char *dir = path_in(test_tmpdir(), "save");
-    persist_params pp = {dir, 0, 0, 0};
+    persist_params pp = {.dir = dir};
     ck_assert_msg(park_persist_start(pk, &pp, &err) == 0, "%s", err.msg);
     int32_t *t = random_tokens(300, 81);
     strata_seq *s = strata_seq_new(e, &err);
@@ -686,6 +757,7 @@ static Suite *persist_suite(void)
     tcase_add_test(tc, persist_find_common_prefix);
     tcase_add_test(tc, persist_restart_reads_only_new_tokens);
     tcase_add_test(tc, persist_chat_two_processes);
+    tcase_add_test(tc, persist_chat_resume);
     tcase_add_test(tc, persist_kill9_mid_save);
     tcase_add_test(tc, persist_flipped_byte_skipped);
     tcase_add_test(tc, persist_other_model_and_kv_type_skipped);

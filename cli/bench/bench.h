@@ -36,7 +36,7 @@ void bench_profile_usage(FILE *f);
 #define BENCH_CONVERSATIONS_USES (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS)
 #define BENCH_WORKLOAD_USES                                                        \
     (CLI_USE_MODEL | CLI_USE_CTX | CLI_USE_ENGINE | CLI_USE_SLOTS | CLI_USE_GROUPS |     \
-     CLI_USE_CACHE)
+     CLI_USE_CACHE | CLI_USE_SAVE)
 
 #define BENCH_MODEL_MAX_BATCH 64 /* the model bench's largest --batch */
 

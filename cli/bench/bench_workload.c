@@ -26,13 +26,25 @@
  * each time: the stage copies in parallel, then serial
  * (stagepool_set_serial, what STRATA_STAGE_COPY_PARALLEL=0 sets).  Greedy
  * answers do not depend on either, so the two runs must answer alike; the
- * bench says whether they did. */
+ * bench says whether they did.
+ *
+ * With --conversation-save DIR (and -mib, -days, as the engine takes them)
+ * every image the cache commits is also written to disk by the save
+ * directory's writer thread, as `serve` does; each run saves into its own
+ * subdirectory (DIR/parallel, DIR/serial), which must hold no images yet
+ * (images loaded at start would turn the workload's first reads into
+ * restores).  The writer's time per 100K tokens saved is a row of the
+ * table; the TTFT and wall columns against a run without saving show what
+ * the saving costs the decode path. */
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/bench/bench.h"
 #include "cli/options.h"
@@ -99,6 +111,7 @@ typedef struct wl_run {
     int *n_ans;
     sched_cache_stats st;   /* after the last request */
     double wall;
+    char save_dir[4096];    /* --conversation-save DIR/name, or "" */
 } wl_run;
 
 static int add_sample(wl_samples *s, double seconds, int tokens, double bytes)
@@ -273,6 +286,32 @@ static void *wl_client_main(void *arg)
     return NULL;
 }
 
+/* DIR/name for a run's saves: DIR made if missing, the subdirectory left to
+ * the save directory (persist_new makes it), and refused when it already
+ * holds images. */
+static int wl_save_dir(const char *dir, wl_run *run, strata_error *err)
+{
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return strata_err(err, STRATA_E_IO, "--conversation-save %s: %s", dir, strerror(errno));
+    int n = snprintf(run->save_dir, sizeof run->save_dir, "%s/%s", dir, run->name);
+    if (n < 0 || (size_t)n >= sizeof run->save_dir)
+        return strata_err(err, STRATA_E_ARG, "--conversation-save %s: path too long", dir);
+    DIR *d = opendir(run->save_dir);
+    int images = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        images += l > 4 && !strcmp(de->d_name + l - 4, ".skv");
+    }
+    if (d)
+        closedir(d);
+    if (images)
+        return strata_err(err, STRATA_E_ARG, "--conversation-save: %s holds %d saved images "
+                          "from an earlier run; the workload starts with none (give an empty "
+                          "directory)", run->save_dir, images);
+    return 0;
+}
+
 static int wl_run_once(strata_engine *e, const cli_opts *o, wl_run *run, strata_error *err)
 {
     const wl_conf *c = run->c;
@@ -293,8 +332,8 @@ static int wl_run_once(strata_engine *e, const cli_opts *o, wl_run *run, strata_
         stagepool_set_serial(e->pool, run->serial);
     /* as serve_attach does it (cli/cmd_serve.c), plus the two hooks */
     sched_params sp = sched_params_default();
-    sp.cache_mib = o->conv_cache_mib;
-    sp.cache_slots = o->conv_cache_slots;
+    cli_opts_sched_cache(o, &sp);   /* the cache, and the save directory's options */
+    sp.save_dir = run->save_dir[0] ? run->save_dir : NULL;
     sp.on_park = wl_on_park;
     sp.park_user = run;
     sp.on_step = wl_on_step;
@@ -401,6 +440,17 @@ static void wl_print_text(const wl_conf *c, wl_run *runs, int n_runs, double *tm
                    runs[m].name, x.n, x.median, x.mean, x.p90, x.max,
                    s->seconds > 0 ? s->bytes / s->seconds / 1e9 : 0);
         }
+    /* the save directory's writer: totals, so the mean and the slowest */
+    for (int m = 0; m < n_runs; m++) {
+        const persist_stats *ps = &runs[m].st.park.persist;
+        if (!runs[m].save_dir[0])
+            continue;
+        printf("%-27s %-8s %6llu %10s %10.2f %10s %10.2f %8.2f\n", m ? "" : "save (writer)",
+               runs[m].name, (unsigned long long)ps->saved, "-",
+               ps->tokens_saved ? ps->save_seconds * 1e8 / (double)ps->tokens_saved : 0, "-",
+               ps->save_ms100k_max,
+               ps->save_seconds > 0 ? (double)ps->bytes_written / ps->save_seconds / 1e9 : 0);
+    }
     printf("time to first token, s     copies   round      n     median        p90        max"
            "   prompt resident restored     read\n");
     for (int m = 0; m < n_runs; m++)
@@ -430,6 +480,15 @@ static void wl_print_text(const wl_conf *c, wl_run *runs, int n_runs, double *tm
                runs[m].shuttle_skipped, (unsigned long long)st->kv_failures, st->cache.images,
                st->cache.images_max, st->cache.bytes_used / 1048576.0,
                st->cache.bytes_max / 1048576.0);
+        const persist_stats *ps = &st->park.persist;
+        if (runs[m].save_dir[0])
+            printf("%s: saved to %s: %llu images, %llu tokens, %.1f MiB in %.2f s of the "
+                   "writer; %llu failed, %llu not queued (the writer behind), %llu files "
+                   "removed\n", runs[m].name, runs[m].save_dir,
+                   (unsigned long long)ps->saved, (unsigned long long)ps->tokens_saved,
+                   ps->bytes_written / 1048576.0, ps->save_seconds,
+                   (unsigned long long)ps->save_failures, (unsigned long long)ps->save_dropped,
+                   (unsigned long long)ps->removed);
     }
 }
 
@@ -467,7 +526,7 @@ static void wl_print_json(const wl_conf *c, const cli_opts *o, const strata_engi
                "\"captures_cached\": %llu, \"capture_failures\": %llu, \"restores\": %llu, "
                "\"parks\": %llu, \"unparks\": %llu, \"resident_evictions\": %llu, "
                "\"cache_evictions\": %llu, \"shuttles\": %llu, \"shuttles_skipped\": %d, "
-               "\"kv_failures\": %llu}",
+               "\"kv_failures\": %llu",
                (unsigned long long)st->captures,
                (unsigned long long)st->park.captures[PARK_CAPTURE_FRESH],
                (unsigned long long)st->park.captures[PARK_CAPTURE_REUSED],
@@ -478,6 +537,17 @@ static void wl_print_json(const wl_conf *c, const cli_opts *o, const strata_engi
                (unsigned long long)st->cache.evictions,
                (unsigned long long)(st->park.shuttles_d2d + st->park.shuttles_host),
                run->shuttle_skipped, (unsigned long long)st->kv_failures);
+        const persist_stats *ps = &st->park.persist;
+        if (run->save_dir[0])
+            printf(", \"save\": {\"images\": %llu, \"tokens\": %llu, \"bytes\": %llu, "
+                   "\"seconds\": %.4f, \"ms_per_100k_mean\": %.4f, \"ms_per_100k_max\": %.4f, "
+                   "\"failures\": %llu, \"dropped\": %llu, \"removed\": %llu}",
+                   (unsigned long long)ps->saved, (unsigned long long)ps->tokens_saved,
+                   (unsigned long long)ps->bytes_written, ps->save_seconds,
+                   ps->tokens_saved ? ps->save_seconds * 1e8 / (double)ps->tokens_saved : 0,
+                   ps->save_ms100k_max, (unsigned long long)ps->save_failures,
+                   (unsigned long long)ps->save_dropped, (unsigned long long)ps->removed);
+        printf("}");
     }
     printf("]}\n");
 }
@@ -496,7 +566,10 @@ void bench_workload_usage(FILE *f)
                "(each conversation that went idle, copied between steps into a spare\n"
                "sequence), restore; then the time to first token of each round and the\n"
                "scheduler's counters (captures, restores, parks, evictions).  The runs'\n"
-               "greedy answers must agree; the last line says whether they did.\n\n"
+               "greedy answers must agree; the last line says whether they did.  With\n"
+               "--conversation-save DIR every committed image is also saved, as serve does,\n"
+               "into DIR/parallel and DIR/serial (each must hold no images yet), and the\n"
+               "writer's time per 100K tokens saved is the row \"save (writer)\".\n\n"
                "  --clients C             client threads, one conversation each (default %d)\n"
                "  --rounds R              requests per client (default %d)\n"
                "  --tokens T              tokens a conversation holds after R rounds, prompts\n"
@@ -613,6 +686,15 @@ int bench_workload(int argc, char **argv)
     }
     if (cli_opts_default_model(&o, "bench"))
         return 2;
+    wl_run runs[2] = {{.name = "parallel", .serial = 0, .c = &c},
+                      {.name = "serial", .serial = 1, .c = &c}};
+    for (int m = 0; m < 2 && o.conv_save_dir; m++) {
+        strata_error serr = {0};
+        if (wl_save_dir(o.conv_save_dir, &runs[m], &serr)) {
+            fprintf(stderr, "strata-cli bench --workload: %s\n", serr.msg);
+            return 2;
+        }
+    }
     char split[256];
     if (!o.ep.layer_split && wl_default_split(&o, split, sizeof split))
         return 1;
@@ -640,8 +722,6 @@ int bench_workload(int argc, char **argv)
                e->pool ? "parallel, then serial" : "one stage: both runs the same loop");
         fflush(stdout);
     }
-    wl_run runs[2] = {{.name = "parallel", .serial = 0, .c = &c},
-                      {.name = "serial", .serial = 1, .c = &c}};
     int rc = 0;
     for (int m = 0; m < 2 && !rc; m++) {
         if (!c.json)
