@@ -439,6 +439,10 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
     }
     ce->force_bounce = env_on("STRATA_FORCE_BOUNCE");
     ce->no_grouped = env_on("STRATA_MOE_MATVEC");
+    {
+        const char *f = getenv("STRATA_DECODE_FUSE"); /* on unless "0": an A/B switch */
+        ce->no_fuse = f && strcmp(f, "0") == 0;
+    }
     if (env_on("STRATA_NO_PDL"))
         strata_pdl_off = 1;   /* only ever set here: a test may set it too */
     ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */

@@ -108,6 +108,8 @@ typedef struct cuda_engine {
                                   * host memory, also on one card (to test that path) */
     int no_grouped;              /* STRATA_MOE_MATVEC=1: MoE prompts run one matvec
                                   * per (token, expert) pair, as before grouping */
+    int no_fuse;                 /* STRATA_DECODE_FUSE=0: the layer's launches unfused
+                                  * (forward_cuda.c; bitwise the same results) */
     float *h_logits;             /* pinned, max_rows x n_vocab */
     float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
     int32_t *h_next, *d_next;    /* [max_rows] sampled ids */
