@@ -10,7 +10,10 @@
  *   cuda_moe_combine_add_rmsnorm  x bit-exact with cpu_moe_combine + cpu_add;
  *                                 xb |d| <= 1e-6 |ref| (double sum of squares)
  *   cuda_qk_norm_rope             |d| <= 2e-6 (|ref| + 1) (cpu_rmsnorm_heads,
- *                                 then cpu_rope: double angles) */
+ *                                 then cpu_rope: double angles)
+ *   cuda_moe_router_route         logits |d| <= 1e-5 (|ref| + 1) of cpu_matmul
+ *                                 (F32); cpu_moe_route on the card's logits:
+ *                                 the same experts, weights |d| <= 1e-6 |ref| */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -25,6 +28,7 @@
 #include "cuda_testutil.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
+#include "model/quant.h"
 
 static float *rnd(size_t n, float scale, uint64_t seed)
 {
@@ -180,11 +184,96 @@ START_TEST(qk_norm_rope_matches)
 }
 END_TEST
 
+/* The router's F32 product and the routing in one launch: the logits
+ * bitwise cuda_matvec's, the choices and weights bitwise cuda_moe_route's
+ * on them; against the twins, logits within 1e-5 of cpu_matmul (F32's
+ * tolerance) and cpu_moe_route on the card's logits choosing the same
+ * experts with weights within 1e-6.  Twice, so a ticket left behind by the
+ * first launch would show (the second would route nothing). */
+static void check_router(int E, int64_t D, int n_tok, int k)
+{
+    float *wr = rnd((size_t)E * D, 0.05f, 800 + E), *x = rnd((size_t)n_tok * D, 1.0f, 801 + n_tok);
+    float *ref = malloc((size_t)n_tok * E * 4), *lg = malloc((size_t)n_tok * E * 4);
+    float *lg2 = malloc((size_t)n_tok * E * 4), *w = malloc((size_t)n_tok * k * 4);
+    float *w2 = malloc((size_t)n_tok * k * 4), *cw = malloc((size_t)n_tok * k * 4);
+    int32_t *sel = malloc((size_t)n_tok * k * 4), *sel2 = malloc((size_t)n_tok * k * 4);
+    int32_t *csel = malloc((size_t)n_tok * k * 4);
+    float *dwr = dev_alloc(cuda_weight_bytes(GGML_TYPE_F32, E, D));
+    OK(cuda_weight_upload(GGML_TYPE_F32, E, D, wr, dwr, 0, &e_));
+    float *dx = dup_to_dev(x, (size_t)n_tok * D * 4), *dlg = dev_alloc((size_t)n_tok * E * 4);
+    float *dw = dev_alloc((size_t)n_tok * k * 4);
+    int32_t *dsel = dev_alloc((size_t)n_tok * k * 4);
+    unsigned *dticket = dev_alloc(sizeof(unsigned));
+    CK(cudaMemset(dticket, 0, sizeof(unsigned)));
+    for (int rep = 0; rep < 2; rep++) {
+        CK(cudaMemset(dsel, 0xff, (size_t)n_tok * k * 4));
+        CK(cudaMemset(dw, 0xff, (size_t)n_tok * k * 4));
+        OK(cuda_moe_router_route(dwr, E, D, dx, n_tok, k, dlg, dsel, dw, dticket, 0, &e_));
+        to_host(lg, dlg, (size_t)n_tok * E * 4);
+        to_host(sel, dsel, (size_t)n_tok * k * 4);
+        to_host(w, dw, (size_t)n_tok * k * 4);
+        /* the unfused pair */
+        OK(cuda_matvec(GGML_TYPE_F32, dwr, E, D, dx, n_tok, dlg, 0, &e_));
+        OK(cuda_moe_route(dlg, n_tok, E, k, dsel, dw, 0, &e_));
+        to_host(lg2, dlg, (size_t)n_tok * E * 4);
+        to_host(sel2, dsel, (size_t)n_tok * k * 4);
+        to_host(w2, dw, (size_t)n_tok * k * 4);
+        ck_assert_msg(!memcmp(lg, lg2, (size_t)n_tok * E * 4), "router %dx%lld: logits differ (rep %d)", E,
+                      (long long)D, rep);
+        ck_assert_msg(!memcmp(sel, sel2, (size_t)n_tok * k * 4), "router %dx%lld: choices differ (rep %d)", E,
+                      (long long)D, rep);
+        ck_assert_msg(!memcmp(w, w2, (size_t)n_tok * k * 4), "router %dx%lld: weights differ (rep %d)", E,
+                      (long long)D, rep);
+    }
+    cpu_matmul(GGML_TYPE_F32, wr, E, D, x, n_tok, ref);
+    int bad = 0;
+    for (int i = 0; i < n_tok * E; i++)
+        bad += !(fabsf(lg[i] - ref[i]) <= 1e-5f * (fabsf(ref[i]) + 1.0f));
+    ck_assert_msg(!bad, "router %dx%lld: %d logits off cpu_matmul", E, (long long)D, bad);
+    cpu_moe_route(lg, n_tok, E, k, csel, cw); /* the card's logits (in place) */
+    for (int i = 0; i < n_tok * k; i++) {
+        ck_assert_msg(sel[i] == csel[i], "router entry %d: expert %d vs %d", i, sel[i], csel[i]);
+        ck_assert_msg(fabsf(w[i] - cw[i]) <= 1e-6f * fabsf(cw[i]) + 1e-30f, "router weight %g vs %g", w[i],
+                      cw[i]);
+    }
+    cudaFree(dwr);
+    cudaFree(dx);
+    cudaFree(dlg);
+    cudaFree(dw);
+    cudaFree(dsel);
+    cudaFree(dticket);
+    free(wr);
+    free(x);
+    free(ref);
+    free(lg);
+    free(lg2);
+    free(w);
+    free(w2);
+    free(cw);
+    free(sel);
+    free(sel2);
+    free(csel);
+}
+
+START_TEST(moe_router_route_matches)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP("gpu", why);
+    check_router(128, 2048, 1, 8); /* the 30B-A3B decode step */
+    check_router(128, 2048, 8, 8); /* a decode batch of 8 */
+    check_router(8, 256, 3, 2);    /* one block of rows */
+    check_router(60, 512, 5, 4);   /* a partial block of rows */
+    check_router(256, 512, 2, 16);
+}
+END_TEST
+
 static Suite *cuda_fuse_suite(void)
 {
     Suite *s = suite_create("cuda_fuse");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, moe_router_route_matches);
     tcase_add_test(tc, moe_combine_add_rmsnorm_matches);
     tcase_add_test(tc, qk_norm_rope_matches);
     suite_add_tcase(s, tc);

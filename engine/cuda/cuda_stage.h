@@ -77,6 +77,8 @@ typedef struct cuda_stage {
     cudaEvent_t in_free;         /* recorded after the uploads from h_in: the host
                                   * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
+    unsigned *moe_ticket;        /* cuda_moe_router_route's ticket (MoE only; zeroed
+                                  * once, each launch leaves it at 0) */
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
     cudaEvent_t bounce_free;     /* on this (receiving) stage's card: recorded after

@@ -328,9 +328,16 @@ static void ffn_moe(srun *r, int il)
     const dlayer *d = &cs->layers[il - r->st->l0];
     int n = r->c->n, k = hp->n_expert_used;
     int64_t D = hp->n_embd;
-    matmul(r, &d->router, cs->xb, n, cs->att);
-    keep(r, cuda_moe_route(cs->att, n, hp->n_expert, k, cs->moe_sel, cs->moe_w, cs->compute,
-                           err_of(r)));
+    if (fused(r) && n <= MATVEC_MAX_ROWS && d->router.type == GGML_TYPE_F32 && cs->moe_ticket) {
+        /* the router's product and the routing in one launch */
+        keep(r, cuda_moe_router_route(d->router.d, hp->n_expert, D, cs->xb, n, k, cs->att,
+                                      cs->moe_sel, cs->moe_w, cs->moe_ticket, cs->compute,
+                                      err_of(r)));
+    } else {
+        matmul(r, &d->router, cs->xb, n, cs->att);
+        keep(r, cuda_moe_route(cs->att, n, hp->n_expert, k, cs->moe_sel, cs->moe_w, cs->compute,
+                               err_of(r)));
+    }
     /* Past a decode batch's rows (a prompt chunk): one grouped product per
      * expert matrix (F32 experts, test models only, keep the pairs). */
     const int32_t *inv = NULL; /* the down products in (token, slot) order */

@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/f32_row.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 #include "kernels/cuda/wtile.cuh"
@@ -362,22 +363,9 @@ __global__ void __launch_bounds__(256) f32_kernel(const float *w, const int32_t 
         w = (const float *)((const uint8_t *)w + (size_t)__ldg(expert) * expert_bytes);
     const float *wr = w + (size_t)row * cols;
     for (int c = blockIdx.y; c < n; c += gridDim.y) {
-        const float *xr = x + (size_t)c * xstride;
-        float s = 0.f;
-        for (int k = lane * 4; k < cols; k += 128) {
-            const float4 wv = __ldg((const float4 *)(wr + k));
-            float4 xv = __ldg((const float4 *)(xr + k));
-            if (xu) { /* cuda_matvec_swiglu: the SwiGLU's values, as cuda_swiglu stores them */
-                const float4 uv = __ldg((const float4 *)(xu + (size_t)c * xstride + k));
-                xv = make_float4(swiglu1(xv.x, uv.x), swiglu1(xv.y, uv.y), swiglu1(xv.z, uv.z),
-                                 swiglu1(xv.w, uv.w));
-            }
-            s = __fmaf_rn(wv.x, xv.x, s);
-            s = __fmaf_rn(wv.y, xv.y, s);
-            s = __fmaf_rn(wv.z, xv.z, s);
-            s = __fmaf_rn(wv.w, xv.w, s);
-        }
-        s = warp_sum(s);
+        /* xu: cuda_matvec_swiglu, the SwiGLU's values as cuda_swiglu stores them */
+        const float s = f32_row_dot(wr, x + (size_t)c * xstride, xu ? xu + (size_t)c * xstride : nullptr, cols,
+                                    lane);
         if (lane == 0)
             y[(size_t)c * rows + row] = s;
     }
