@@ -63,8 +63,8 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     # small sets (STRATA_TEST_SMALL: every code path, fewer kernel shapes,
     # 32 greedy steps instead of 256): the tools slow each launch a
     # hundredfold, and a device call lasts at most 10 minutes
-    mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_attention cuda_gemma3 cuda_engine batch_groups park_cuda}
-    race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_attention cuda_gemma3}
+    mem_suites=${GPU_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_fuse cuda_attention cuda_gemma3 cuda_engine batch_groups park_cuda}
+    race_suites=${RACE_SUITES:-cuda_matvec cuda_matmul cuda_types cuda_ops cuda_fuse cuda_attention cuda_gemma3}
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         suites=$mem_suites
         [ "$tool" = racecheck ] && suites=$race_suites

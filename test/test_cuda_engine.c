@@ -397,6 +397,81 @@ START_TEST(cuda_moe_split_batch_chunk_invariance)
 }
 END_TEST
 
+/* The fused launches (STRATA_DECODE_FUSE, doc/cuda-kernels.md "Fewer
+ * launches per decode layer") change no bit: a prompt in chunks of 5 (the
+ * matvec path: rows <= 8) and of 256 (the prompt kernels), greedy decode
+ * steps, and 4 sequences decoding as one batch, over a two-stage split (so
+ * a stage's last layer, which hands x on without the next norm, is
+ * covered), give the same logits with fusion on and off. */
+static float *fuse_run(const char *path, const char *split, int fuse)
+{
+    strata_error err = {0};
+    setenv("STRATA_DECODE_FUSE", fuse ? "1" : "0", 1);
+    strata_engine *e5 = open_on(path, STRATA_BACKEND_CUDA, split, 4, 5);
+    strata_engine *e256 = open_on(path, STRATA_BACKEND_CUDA, split, 1, 256);
+    unsetenv("STRATA_DECODE_FUSE");
+    const int V = strata_n_vocab(e5), n = 16, steps = 6;
+    int32_t ids[16];
+    prompt_ids(ids, n, V, 21);
+    const size_t per = (size_t)V * (2 * n + steps + 4 * 3);
+    float *out = malloc(sizeof(float) * per), *o = out, *keep = NULL;
+    float *a = all_logits(e5, ids, n), *b = all_logits(e256, ids, n);
+    memcpy(o, a, sizeof(float) * (size_t)n * V);
+    memcpy(o += (size_t)n * V, b, sizeof(float) * (size_t)n * V);
+    o += (size_t)n * V;
+    free(a);
+    free(b);
+    free(greedy(e5, ids, n, steps, &keep));
+    memcpy(o, keep, sizeof(float) * (size_t)steps * V);
+    o += (size_t)steps * V;
+    free(keep);
+    strata_seq *seqs[4];
+    for (int q = 0; q < 4; q++) {
+        seqs[q] = strata_seq_new(e5, &err);
+        ck_assert_int_eq(strata_seq_feed(seqs[q], ids + q, 3 + 2 * q, NULL, NULL, &err), 0);
+    }
+    for (int t = 0; t < 3; t++) {
+        int32_t toks[4] = {ids[t], ids[t + 4], ids[t + 8], ids[t + 12]};
+        ck_assert_int_eq(strata_decode_batch(seqs, toks, 4, o, &err), 0);
+        o += (size_t)4 * V;
+    }
+    for (int q = 0; q < 4; q++)
+        strata_seq_free(seqs[q]);
+    strata_close(e5);
+    strata_close(e256);
+    return out;
+}
+
+static void fuse_changes_no_bit(const char *path, const char *split)
+{
+    float *on = fuse_run(path, split, 1), *off = fuse_run(path, split, 0);
+    strata_engine *e = open_on(path, STRATA_BACKEND_CUDA, NULL, 1, 256);
+    const size_t per = (size_t)strata_n_vocab(e) * (2 * 16 + 6 + 4 * 3);
+    strata_close(e);
+    size_t first = 0;
+    while (first < per && !memcmp(on + first, off + first, sizeof(float)))
+        first++;
+    ck_assert_msg(first == per, "%s: fused and unfused launches differ at logit %zu of %zu", path,
+                  first, per);
+    free(on);
+    free(off);
+}
+
+START_TEST(cuda_decode_fuse_changes_no_bit)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --type q2_0", MOE);
+    fuse_changes_no_bit(mkmodel("moe-inv", a), "2");
+    snprintf(a, sizeof a, "%s --type iq3_xxs", QWEN3);
+    fuse_changes_no_bit(mkmodel("qwen3-inv", a), "3");
+    snprintf(a, sizeof a, "%s --type iq3_xxs", LLAMA);
+    fuse_changes_no_bit(mkmodel("llama-inv", a), "3");
+    snprintf(a, sizeof a, "%s --type f32", MOE); /* F32 experts: the per-pair fallback */
+    fuse_changes_no_bit(mkmodel("moe-f32", a), "2");
+}
+END_TEST
+
 /* gemma3 (doc/engine.md, "gemma3"): the real model's head shape (4 query
  * heads on one kv head of 256: the tensor-core attention), a window of 8
  * that the 32-token prompt and the chunks of 5 cross, 7 layers so a global
@@ -456,6 +531,7 @@ static Suite *cuda_engine_suite(void)
     tcase_add_test(tc, cuda_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_qwen3_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_moe_split_batch_chunk_invariance);
+    tcase_add_test(tc, cuda_decode_fuse_changes_no_bit);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -212,6 +212,124 @@ START_TEST(matvec_experts_equal_one_by_one)
 }
 END_TEST
 
+/* The fused decode launches (cuda_matvec_experts2, cuda_matvec_swiglu):
+ * bitwise the unfused calls they replace (two cuda_matvec_experts; cuda_swiglu
+ * then cuda_matvec_experts / cuda_matvec), and against the CPU twins
+ * (cpu_swiglu then cpu_matmul) within cw_tolerance, on random weights and
+ * N(0,1) gate/up inputs, for every weight path (int8, fp16, f32). */
+static void check_fused(int type, uint64_t seed)
+{
+    const int64_t rows = 96, cols = 512;
+    const int ne = 5, k = 3, pairs = 6;
+    const int32_t sel[6] = {4, 0, 2, 2, 3, 1};
+    const size_t eb = cuda_weight_bytes(type, rows, cols), pr = (size_t)pairs * rows;
+    strata_error err = {0};
+    uint8_t *hw[5], *dw = NULL, *dw2 = NULL;
+    ck_assert(cudaMalloc((void **)&dw, ne * eb) == cudaSuccess);
+    ck_assert(cudaMalloc((void **)&dw2, ne * eb) == cudaSuccess);
+    for (int e = 0; e < ne; e++) {
+        hw[e] = cw_random_weights(type, rows, cols, seed + e);
+        ck_assert(cuda_weight_upload(type, rows, cols, hw[e], dw + e * eb, 0, &err) == 0);
+        uint8_t *w2 = cw_random_weights(type, rows, cols, seed + 50 + e);
+        ck_assert(cuda_weight_upload(type, rows, cols, w2, dw2 + e * eb, 0, &err) == 0);
+        free(w2);
+    }
+    /* x: 2 token rows (gate/up inputs); g, u: a row per pair (down's) */
+    float *x = malloc(2 * cols * sizeof *x), *g = malloc((size_t)pairs * cols * sizeof *g);
+    float *u = malloc((size_t)pairs * cols * sizeof *u), *h = malloc((size_t)pairs * cols * sizeof *h);
+    float *a = malloc(2 * pr * sizeof *a), *b = malloc(2 * pr * sizeof *b), *ref = malloc(pr * sizeof *ref);
+    test_fill_normal(x, 2 * cols, 1.0f, seed + 100);
+    test_fill_normal(g, (size_t)pairs * cols, 2.0f, seed + 101);
+    test_fill_normal(u, (size_t)pairs * cols, 1.0f, seed + 102);
+    int32_t *dsel = cw_dev_copy(sel, sizeof sel);
+    float *dx = cw_dev_copy(x, 2 * cols * sizeof *x), *dy = NULL, *dy2 = NULL, *dh = NULL;
+    float *dg = cw_dev_copy(g, (size_t)pairs * cols * sizeof *g);
+    float *du = cw_dev_copy(u, (size_t)pairs * cols * sizeof *u);
+    ck_assert(cudaMalloc((void **)&dy, 2 * pr * sizeof(float)) == cudaSuccess);
+    ck_assert(cudaMalloc((void **)&dy2, 2 * pr * sizeof(float)) == cudaSuccess);
+    ck_assert(cudaMalloc((void **)&dh, (size_t)pairs * cols * sizeof(float)) == cudaSuccess);
+
+    /* gate and up in one launch = two launches */
+    cw_poison(dy, 2 * pr);
+    ck_assert_msg(cuda_matvec_experts2(type, dw, dw2, rows, cols, dsel, pairs, k, dx, dy, dy + pr, 0, &err) == 0,
+                  "%s", err.msg);
+    cw_fetch(a, dy, 2 * pr);
+    ck_assert(cuda_matvec_experts(type, dw, rows, cols, dsel, pairs, k, dx, dy2, 0, &err) == 0);
+    ck_assert(cuda_matvec_experts(type, dw2, rows, cols, dsel, pairs, k, dx, dy2 + pr, 0, &err) == 0);
+    cw_fetch(b, dy2, 2 * pr);
+    ck_assert_msg(!memcmp(a, b, 2 * pr * sizeof *a), "%s: experts2 differs from two launches", type_name(type));
+
+    /* the SwiGLU inside the experts' launch = cuda_swiglu, then the launch */
+    cw_poison(dy, pr);
+    ck_assert_msg(cuda_matvec_swiglu(type, dw, rows, cols, dsel, pairs, dg, du, cols, dy, 0, &err) == 0, "%s",
+                  err.msg);
+    cw_fetch(a, dy, pr);
+    ck_assert(cuda_swiglu(dg, du, dh, (int64_t)pairs * cols, 0, &err) == 0);
+    ck_assert(cuda_matvec_experts(type, dw, rows, cols, dsel, pairs, 1, dh, dy2, 0, &err) == 0);
+    cw_fetch(b, dy2, pr);
+    ck_assert_msg(!memcmp(a, b, pr * sizeof *a), "%s: experts with SwiGLU differ from swiglu + experts",
+                  type_name(type));
+    for (int p = 0; p < pairs; p++) { /* the twins */
+        cpu_swiglu(g + (size_t)p * cols, u + (size_t)p * cols, cols, h + (size_t)p * cols);
+        cpu_matmul(type, hw[sel[p]], rows, cols, h + (size_t)p * cols, 1, ref + (size_t)p * rows);
+    }
+    double e = cw_rel_err(a, ref, pr);
+    fprintf(stderr, "cuda_matvec_swiglu %-7s experts rel err %.3g\n", type_name(type), e);
+    ck_assert_msg(e < cw_tolerance(type), "%s experts+swiglu: rel err %g", type_name(type), e);
+
+    /* dense: n tokens of a stacked gate|up row (stride 2 x cols) */
+    for (int n = 1; n <= 3; n += 2) {
+        float *gu = malloc((size_t)n * 2 * cols * sizeof *gu);
+        for (int t = 0; t < n; t++) {
+            memcpy(gu + (size_t)t * 2 * cols, g + (size_t)t * cols, cols * sizeof *gu);
+            memcpy(gu + (size_t)t * 2 * cols + cols, u + (size_t)t * cols, cols * sizeof *gu);
+        }
+        float *dgu = cw_dev_copy(gu, (size_t)n * 2 * cols * sizeof *gu);
+        cw_poison(dy, (size_t)n * rows);
+        ck_assert_msg(cuda_matvec_swiglu(type, dw, rows, cols, NULL, n, dgu, dgu + cols, 2 * cols, dy, 0, &err) == 0,
+                      "%s", err.msg);
+        cw_fetch(a, dy, (size_t)n * rows);
+        ck_assert(cuda_swiglu_fused(dgu, n, cols, dh, 0, &err) == 0);
+        ck_assert(cuda_matvec(type, dw, rows, cols, dh, n, dy2, 0, &err) == 0);
+        cw_fetch(b, dy2, (size_t)n * rows);
+        ck_assert_msg(!memcmp(a, b, (size_t)n * rows * sizeof *a), "%s n=%d: matvec with SwiGLU differs",
+                      type_name(type), n);
+        cpu_matmul(type, hw[0], rows, cols, h, n, ref); /* h: the twins' SwiGLU rows above */
+        e = cw_rel_err(a, ref, (size_t)n * rows);
+        ck_assert_msg(e < cw_tolerance(type), "%s dense n=%d: rel err %g", type_name(type), n, e);
+        cudaFree(dgu);
+        free(gu);
+    }
+    for (int i = 0; i < ne; i++)
+        free(hw[i]);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(dsel);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dy2);
+    cudaFree(dh);
+    cudaFree(dg);
+    cudaFree(du);
+    free(x);
+    free(g);
+    free(u);
+    free(h);
+    free(a);
+    free(b);
+    free(ref);
+}
+
+START_TEST(matvec_fused_equal_unfused)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP("gpu", why);
+    for (int ti = 0; ti < CW_NTYPES; ti++)
+        check_fused(cw_types[ti], 1300 + 100 * (uint64_t)ti);
+}
+END_TEST
+
 /* cuda_embed returns exactly cpu_embed's row; a bad id gives NaN. */
 START_TEST(embed_matches_cpu)
 {
@@ -282,6 +400,8 @@ START_TEST(matvec_expert_by_pointer) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 START_TEST(matvec_experts_equal_one_by_one) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
+START_TEST(matvec_fused_equal_unfused) { TEST_SKIP("gpu", "built without CUDA"); }
+END_TEST
 START_TEST(embed_matches_cpu) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("gpu", "built without CUDA"); }
@@ -298,6 +418,7 @@ static Suite *cuda_matvec_suite(void)
     tcase_add_test(tc, matvec_batch_invariant);
     tcase_add_test(tc, matvec_expert_by_pointer);
     tcase_add_test(tc, matvec_experts_equal_one_by_one);
+    tcase_add_test(tc, matvec_fused_equal_unfused);
     tcase_add_test(tc, embed_matches_cpu);
     tcase_add_test(tc, matvec_rejects_bad_arguments);
     suite_add_tcase(s, tc);

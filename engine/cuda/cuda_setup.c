@@ -328,6 +328,12 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
         return rc;
     /* the split-attention tickets must start at zero */
     CUDA_CHECK(err, cudaMemset(cs->att_scratch, 0, cs->att_scratch_bytes));
+    if (hp->n_expert) { /* and the fused router's */
+        rc = cuda_dmalloc((void **)&cs->moe_ticket, sizeof *cs->moe_ticket, cs->dev, "router ticket", err);
+        if (rc)
+            return rc;
+        CUDA_CHECK(err, cudaMemset(cs->moe_ticket, 0, sizeof *cs->moe_ticket));
+    }
     return 0;
 }
 
@@ -439,6 +445,10 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
     }
     ce->force_bounce = env_on("STRATA_FORCE_BOUNCE");
     ce->no_grouped = env_on("STRATA_MOE_MATVEC");
+    {
+        const char *f = getenv("STRATA_DECODE_FUSE"); /* on unless "0": an A/B switch */
+        ce->no_fuse = f && strcmp(f, "0") == 0;
+    }
     if (env_on("STRATA_NO_PDL"))
         strata_pdl_off = 1;   /* only ever set here: a test may set it too */
     ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */
@@ -523,7 +533,7 @@ void cuda_engine_free(strata_engine *e)
         free_dweight(&cs->output);
         void *bufs[] = {cs->output_norm, cs->rope_freqs, cs->x, cs->xb, cs->q, cs->k, cs->v,
                         cs->att, cs->hb, cs->hb2, cs->logits, cs->moe_w, cs->moe_sel, cs->moe_off, cs->d_in,
-                        cs->mm_scratch, cs->att_scratch};
+                        cs->mm_scratch, cs->att_scratch, cs->moe_ticket};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
             if (bufs[j])
                 cudaFree(bufs[j]);

@@ -77,6 +77,8 @@ typedef struct cuda_stage {
     cudaEvent_t in_free;         /* recorded after the uploads from h_in: the host
                                   * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
+    unsigned *moe_ticket;        /* cuda_moe_router_route's ticket (MoE only; zeroed
+                                  * once, each launch leaves it at 0) */
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
     cudaEvent_t bounce_free;     /* on this (receiving) stage's card: recorded after
@@ -108,6 +110,8 @@ typedef struct cuda_engine {
                                   * host memory, also on one card (to test that path) */
     int no_grouped;              /* STRATA_MOE_MATVEC=1: MoE prompts run one matvec
                                   * per (token, expert) pair, as before grouping */
+    int no_fuse;                 /* STRATA_DECODE_FUSE=0: the layer's launches unfused
+                                  * (forward_cuda.c; bitwise the same results) */
     float *h_logits;             /* pinned, max_rows x n_vocab */
     float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
     int32_t *h_next, *d_next;    /* [max_rows] sampled ids */

@@ -55,6 +55,15 @@ static void keep(srun *r, int rc)
         r->rc = rc;
 }
 
+/* The fused launches (doc/cuda-kernels.md, "Fewer launches per decode
+ * layer"), on unless STRATA_DECODE_FUSE=0: each gives the bits of the
+ * launches it replaces, so the switch is only for an A/B of their speed. */
+static int fused(const srun *r) { return !((const cuda_engine *)r->e->cuda)->no_fuse; }
+
+/* cuda_matvec's most rows (tokens) per launch: up to it the weight products
+ * run the decode kernel, which can take the SwiGLU in front of down. */
+#define MATVEC_MAX_ROWS 8
+
 /* y[n x rows] = x[n x cols] W^T on the stage's stream. */
 static void matmul(srun *r, const dweight *w, const float *x, int n, float *y)
 {
@@ -142,14 +151,19 @@ static void attention_block(srun *r, int il)
         keep(r, cuda_bias_add(k, d->bk, n, dkv, ks, cs->compute, err_of(r)));
         keep(r, cuda_bias_add(v, d->bv, n, dkv, vs, cs->compute, err_of(r)));
     }
-    if (d->q_norm) {
-        keep(r, cuda_rmsnorm_heads(q, d->q_norm, n, hp->n_head, hp->head_dim, qs, hp->eps,
-                                   cs->compute, err_of(r)));
-        keep(r, cuda_rmsnorm_heads(k, d->k_norm, n, hp->n_head_kv, hp->head_dim, ks, hp->eps,
-                                   cs->compute, err_of(r)));
+    if (d->q_norm && fused(r)) { /* qwen3: both head norms and RoPE in one launch */
+        keep(r, cuda_qk_norm_rope(q, d->q_norm, hp->n_head, qs, k, d->k_norm, hp->n_head_kv, ks, n,
+                                  hp->head_dim, hp->eps, tok_pos, &rp, cs->compute, err_of(r)));
+    } else {
+        if (d->q_norm) {
+            keep(r, cuda_rmsnorm_heads(q, d->q_norm, n, hp->n_head, hp->head_dim, qs, hp->eps,
+                                       cs->compute, err_of(r)));
+            keep(r, cuda_rmsnorm_heads(k, d->k_norm, n, hp->n_head_kv, hp->head_dim, ks, hp->eps,
+                                       cs->compute, err_of(r)));
+        }
+        keep(r, cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim, tok_pos,
+                             &rp, cs->compute, err_of(r)));
     }
-    keep(r, cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim, tok_pos, &rp,
-                         cs->compute, err_of(r)));
     /* k8v4r: q, k and v rotated head by head before K and V are quantized
      * (the attention's output is rotated back below), as cpu_kv_rotate. */
     if (rot)
@@ -178,6 +192,16 @@ static void attention_block(srun *r, int il)
     trace(r, "h", il, cs->x, D);
 }
 
+/* y = down * swiglu(g, u) for n <= MATVEC_MAX_ROWS rows `stride` apart,
+ * the SwiGLU computed as the down kernel loads its input (no launch of its
+ * own): the bits of cuda_swiglu then the matvec. */
+static void down_swiglu(srun *r, const dweight *w, const float *g, const float *u, int64_t stride,
+                        int n, float *y)
+{
+    keep(r, cuda_matvec_swiglu(w->type, w->d, w->rows, w->cols, NULL, n, g, u, stride, y,
+                               r->cs->compute, err_of(r)));
+}
+
 /* Dense SwiGLU FFN on the normed rows in xb: x += FFN, and xb = the next
  * layer's attn_norm(x) in the same launch when there is a next layer on this
  * stage. */
@@ -189,20 +213,30 @@ static void ffn_dense(srun *r, int il)
     int n = r->c->n;
     int64_t D = hp->n_embd;
     const int gelu = hp->ffn_gelu; /* gemma3: GELU-tanh gating instead of SiLU */
+    const int fuse_down = !gelu && n <= MATVEC_MAX_ROWS && fused(r);
     if (d->gate_up.d) {
         int64_t F = d->gate_up.rows / 2;
         matmul(r, &d->gate_up, cs->xb, n, cs->hb);
-        keep(r, gelu ? cuda_geglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r))
-                     : cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r)));
-        matmul(r, &d->down, cs->hb2, n, cs->xb);
+        if (fuse_down) {
+            down_swiglu(r, &d->down, cs->hb, cs->hb + F, 2 * F, n, cs->xb);
+        } else {
+            keep(r, gelu ? cuda_geglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r))
+                         : cuda_swiglu_fused(cs->hb, n, F, cs->hb2, cs->compute, err_of(r)));
+            matmul(r, &d->down, cs->hb2, n, cs->xb);
+        }
     } else {
         int64_t F = d->gate.rows;
         matmul(r, &d->gate, cs->xb, n, cs->hb);
         matmul(r, &d->up, cs->xb, n, cs->hb2);
-        keep(r, gelu ? cuda_geglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute, err_of(r))
-                     : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
-                                   err_of(r)));
-        matmul(r, &d->down, cs->hb, n, cs->xb);
+        if (fuse_down) {
+            down_swiglu(r, &d->down, cs->hb, cs->hb2, F, n, cs->xb);
+        } else {
+            keep(r, gelu ? cuda_geglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
+                                      err_of(r))
+                         : cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)n * F, cs->compute,
+                                       err_of(r)));
+            matmul(r, &d->down, cs->hb, n, cs->xb);
+        }
     }
     if (d->post_ffn_norm)
         keep(r, cuda_rmsnorm(cs->xb, d->post_ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
@@ -227,12 +261,13 @@ static void grouped(srun *r, const dweight *w, const float *x, int n, float *y)
 
 /* The experts over many rows: the n*k (token, slot) pairs sorted by
  * expert, each expert's rows multiplied at once (three launches for all
- * experts instead of three per pair), then combined back in slot order into
- * att.  Each row's arithmetic is the matvec path's, bit for bit
+ * experts instead of three per pair); the down products are left in
+ * expert-sorted rows (returned; *inv their inverse permutation) for the
+ * combine.  Each row's arithmetic is the matvec path's, bit for bit
  * (cuda_matmul_grouped), so a token's output does not depend on the path.
  * Buffers: xg (sorted inputs) in hb2; gate | up in hb; their SwiGLU in hb2;
  * the down products in hb. */
-static void moe_grouped(srun *r, const dlayer *d, int n)
+static const float *moe_grouped(srun *r, const dlayer *d, int n, const int32_t **inv_out)
 {
     const model_hparams *hp = r->hp;
     cuda_stage *cs = r->cs;
@@ -246,20 +281,32 @@ static void moe_grouped(srun *r, const dlayer *d, int n)
     grouped(r, &d->up_exps, xg, nk, u);
     keep(r, cuda_swiglu(g, u, h, (int64_t)nk * F, cs->compute, err_of(r)));
     grouped(r, &d->down_exps, h, nk, y);
-    keep(r, cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err_of(r)));
+    *inv_out = inv;
+    return y;
 }
 
 /* The experts of a few rows (a batch-1 decode step): every (token, slot)
  * pair of a matrix in one launch, the expert ids read on the card
- * (graph-safe); pair (t, j) writes row t*k + j; combined into att.  Three
- * launches a layer instead of three per pair: at batch 1 the 24 small
- * matvecs of a top-8 layer were launch latency, not bytes. */
-static void moe_matvecs(srun *r, const dlayer *d, int n)
+ * (graph-safe); pair (t, j) writes row t*k + j of the returned down
+ * products, for the combine.  Three launches a layer instead of three per
+ * pair: at batch 1 the 24 small matvecs of a top-8 layer were launch
+ * latency, not bytes.  Fused (gate and up of one type): gate and up in one
+ * launch into hb | hb + pairs*F, the SwiGLU inside the down launch: two. */
+static const float *moe_matvecs(srun *r, const dlayer *d, int n)
 {
     const model_hparams *hp = r->hp;
     cuda_stage *cs = r->cs;
     int64_t D = hp->n_embd, F = d->gate_exps.rows;
     int k = hp->n_expert_used, pairs = n * k;
+    if (fused(r) && d->gate_exps.type == d->up_exps.type) {
+        float *g = cs->hb, *u = cs->hb + (size_t)pairs * F; /* hb holds 2 x max_pairs x F */
+        keep(r, cuda_matvec_experts2(d->gate_exps.type, d->gate_exps.d, d->up_exps.d, F, D,
+                                     cs->moe_sel, pairs, k, cs->xb, g, u, cs->compute,
+                                     err_of(r)));
+        keep(r, cuda_matvec_swiglu(d->down_exps.type, d->down_exps.d, D, F, cs->moe_sel, pairs, g,
+                                   u, F, cs->hb2, cs->compute, err_of(r)));
+        return cs->hb2;
+    }
     keep(r, cuda_matvec_experts(d->gate_exps.type, d->gate_exps.d, F, D, cs->moe_sel, pairs, k,
                                 cs->xb, cs->hb, cs->compute, err_of(r)));
     keep(r, cuda_matvec_experts(d->up_exps.type, d->up_exps.d, F, D, cs->moe_sel, pairs, k,
@@ -267,30 +314,50 @@ static void moe_matvecs(srun *r, const dlayer *d, int n)
     keep(r, cuda_swiglu(cs->hb, cs->hb2, cs->hb, (int64_t)pairs * F, cs->compute, err_of(r)));
     keep(r, cuda_matvec_experts(d->down_exps.type, d->down_exps.d, D, F, cs->moe_sel, pairs, 1,
                                 cs->hb, cs->hb2, cs->compute, err_of(r)));
-    keep(r, cuda_moe_combine(cs->hb2, cs->moe_w, NULL, n, k, D, cs->att, cs->compute, err_of(r)));
+    return cs->hb2;
 }
 
 /* MoE FFN on the normed rows in xb: route (softmax over the experts, top-k,
  * renormalised weights, on the card), the chosen experts' SwiGLU outputs
- * weighted into att, x += att. */
+ * weighted (combined) and added to x.  Fused: combine, add and the next
+ * layer's attn_norm into xb in one launch, as ffn_dense's last add. */
 static void ffn_moe(srun *r, int il)
 {
     const model_hparams *hp = r->hp;
     cuda_stage *cs = r->cs;
     const dlayer *d = &cs->layers[il - r->st->l0];
-    int n = r->c->n;
-    matmul(r, &d->router, cs->xb, n, cs->att);
-    keep(r, cuda_moe_route(cs->att, n, hp->n_expert, hp->n_expert_used, cs->moe_sel, cs->moe_w,
-                           cs->compute, err_of(r)));
+    int n = r->c->n, k = hp->n_expert_used;
+    int64_t D = hp->n_embd;
+    if (fused(r) && n <= MATVEC_MAX_ROWS && d->router.type == GGML_TYPE_F32 && cs->moe_ticket) {
+        /* the router's product and the routing in one launch */
+        keep(r, cuda_moe_router_route(d->router.d, hp->n_expert, D, cs->xb, n, k, cs->att,
+                                      cs->moe_sel, cs->moe_w, cs->moe_ticket, cs->compute,
+                                      err_of(r)));
+    } else {
+        matmul(r, &d->router, cs->xb, n, cs->att);
+        keep(r, cuda_moe_route(cs->att, n, hp->n_expert, k, cs->moe_sel, cs->moe_w, cs->compute,
+                               err_of(r)));
+    }
     /* Past a decode batch's rows (a prompt chunk): one grouped product per
      * expert matrix (F32 experts, test models only, keep the pairs). */
+    const int32_t *inv = NULL; /* the down products in (token, slot) order */
+    const float *y;
     if (n > MOE_GROUPED_MIN_ROWS && d->gate_exps.type != GGML_TYPE_F32 &&
         d->up_exps.type != GGML_TYPE_F32 && d->down_exps.type != GGML_TYPE_F32 &&
         !((cuda_engine *)r->e->cuda)->no_grouped)
-        moe_grouped(r, d, n);
+        y = moe_grouped(r, d, n, &inv);
     else
-        moe_matvecs(r, d, n);
-    keep(r, cuda_add(cs->x, cs->att, (int64_t)n * hp->n_embd, cs->compute, err_of(r)));
+        y = moe_matvecs(r, d, n);
+    if (fused(r)) {
+        const int next = il + 1 < r->st->l1;
+        keep(r, cuda_moe_combine_add_rmsnorm(y, cs->moe_w, inv, n, k, D, cs->x,
+                                             next ? cs->layers[il + 1 - r->st->l0].attn_norm : NULL,
+                                             cs->xb, hp->eps, cs->compute, err_of(r)));
+        r->normed = next;
+    } else {
+        keep(r, cuda_moe_combine(y, cs->moe_w, inv, n, k, D, cs->att, cs->compute, err_of(r)));
+        keep(r, cuda_add(cs->x, cs->att, (int64_t)n * D, cs->compute, err_of(r)));
+    }
 }
 
 /* The output norm and head for the rows that want logits: a prompt chunk

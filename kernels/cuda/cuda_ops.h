@@ -90,6 +90,22 @@ int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t cols,
 int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols,
                         const int32_t *experts, int pairs, int x_div, const float *x, float *y,
                         cudaStream_t stream, strata_error *err);
+/* Fused decode launches (doc/cuda-kernels.md, "Fewer launches per decode
+ * layer"); each output is bitwise that of the unfused calls it replaces.
+ * experts2: cuda_matvec_experts of w into y and of w2 (same type and shape:
+ * MoE gate and up) into y2, one launch.  swiglu: y = W * swiglu(g, u), the
+ * input row c being cuda_swiglu(g + c*xstride, u + c*xstride, cols) (the
+ * SwiGLU computed while the activations are loaded; no launch, no buffer
+ * for it): experts NULL, n = 1..8 tokens as cuda_matvec (a stacked gate|up
+ * product: u = g + F, xstride = 2F); experts set, n pairs, pair p multiplying
+ * expert experts[p] by row p into y row p as cuda_matvec_experts (x_div 1).
+ * Twins: cpu_matmul after cpu_swiglu (kernels/ops.h). */
+int cuda_matvec_experts2(int type, const void *w, const void *w2, int64_t rows, int64_t cols,
+                         const int32_t *experts, int pairs, int x_div, const float *x, float *y,
+                         float *y2, cudaStream_t stream, strata_error *err);
+int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
+                       int n, const float *g, const float *u, int64_t xstride, float *y,
+                       cudaStream_t stream, strata_error *err);
 
 /* Prefill and batches: y[n x rows] = x[n x cols] * W^T for any n >= 1, on
  * the tensor cores.  scratch: device memory of at least
@@ -168,6 +184,13 @@ int cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int64_t stride,
 int cuda_rope_qk(float *q, int n_q_heads, int64_t q_stride, float *k, int n_k_heads,
                  int64_t k_stride, int n_tok, int head_dim, const int32_t *d_pos,
                  const rope_params *rp, cudaStream_t stream, strata_error *err);
+/* qwen3: cuda_rmsnorm_heads of q (with q_w) and of k (with k_w), then
+ * cuda_rope_qk, in one launch, bit-exact with those three calls.  Twins:
+ * cpu_rmsnorm_heads, cpu_rope. */
+int cuda_qk_norm_rope(float *q, const float *q_w, int n_q_heads, int64_t q_stride, float *k,
+                      const float *k_w, int n_k_heads, int64_t k_stride, int n_tok, int head_dim,
+                      float eps, const int32_t *d_pos, const rope_params *rp, cudaStream_t stream,
+                      strata_error *err);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate.  Twin: cpu_swiglu. */
 int cuda_swiglu(const float *gate, const float *up, float *y, int64_t n, cudaStream_t stream,
@@ -290,12 +313,29 @@ int cuda_sample(const float *logits, int n_rows, int64_t n_vocab, int64_t stride
  * d_inv[t*k+j] (or t*k+j when d_inv is NULL), j ascending. */
 int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t *d_sel,
                    float *d_w, cudaStream_t stream, strata_error *err);
+/* The router's product and cuda_moe_route in one launch, for an F32 router
+ * wr (n_expert x cols, row-major) and n_tok rows of x: logits[n_tok][n_expert]
+ * as cuda_matvec writes them, then d_sel and d_w as cuda_moe_route; the bits
+ * of those two calls.  d_ticket: one device unsigned, zeroed once after
+ * allocation; the kernel leaves it at 0 (launches that share one must be
+ * ordered, as a stream orders them). */
+int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols, const float *x, int n_tok,
+                          int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_ticket,
+                          cudaStream_t stream, strata_error *err);
 int cuda_moe_group(const int32_t *d_sel, int n_tok, int k, int n_expert, int32_t *d_offsets,
                    int32_t *d_rows, int32_t *d_inv, cudaStream_t stream, strata_error *err);
 int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *d_rows,
                     float *xg, cudaStream_t stream, strata_error *err);
 int cuda_moe_combine(const float *y, const float *d_w, const int32_t *d_inv, int n_tok, int k,
                      int64_t D, float *out, cudaStream_t stream, strata_error *err);
+/* The end of a MoE FFN in one launch (kernels/cuda/norm.cu): x[t] +=
+ * cuda_moe_combine's out[t] (no buffer for it) and, when nw is set, xb[t] =
+ * rmsnorm(x[t]) * nw (the next layer's attn_norm), bit-exact with
+ * cuda_moe_combine, cuda_add and cuda_rmsnorm in sequence.  nw NULL: the add
+ * only.  Twins: cpu_moe_combine, cpu_add, cpu_rmsnorm. */
+int cuda_moe_combine_add_rmsnorm(const float *y, const float *d_w, const int32_t *d_inv, int n_tok,
+                                 int k, int64_t D, float *x, const float *nw, float *xb, float eps,
+                                 cudaStream_t stream, strata_error *err);
 /* 1: kernels launch without programmatic dependent launch (pdl.cuh; the
  * engine sets it from STRATA_NO_PDL=1 at start). */
 extern int strata_pdl_off;

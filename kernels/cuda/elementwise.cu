@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/act.cuh" /* swiglu1 */
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -39,13 +40,6 @@ static int ew_blocks(int64_t n)
 static int aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;
-}
-
-/* silu(g) * u exactly as cpu_swiglu writes it: g / (1 + expf(-g)) * u.
- * expf differs from glibc's by at most 2 ulp (CUDA math guide). */
-__device__ __forceinline__ float swiglu1(float g, float u)
-{
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------ */

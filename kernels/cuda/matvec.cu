@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/f32_row.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 #include "kernels/cuda/wtile.cuh"
@@ -39,6 +40,16 @@ struct MvArgs {
     const int32_t *expert; /* NULL, or one expert id per blockIdx.z (a pair) */
     size_t expert_bytes;
     int x_div;             /* pair z reads x row z / x_div and writes y row z */
+    /* Fusions (doc/cuda-kernels.md, "Fewer launches per decode layer"):
+     * blocks z >= zsplit multiply the second matrix w2 (same type and shape)
+     * into y2 as pair z - zsplit (MoE gate and up in one launch); xu set: the
+     * activation is swiglu1(x, xu) element by element (the SwiGLU in front
+     * of a down projection).  x and xu rows are xstride floats apart. */
+    const uint8_t *w2;
+    float *y2;
+    int zsplit;
+    const float *xu;
+    int64_t xstride;
     Plan p;
     MvLayout l;
     const float *x; /* [n][cols] */
@@ -55,13 +66,20 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
     const int seg = blockIdx.y;
     Wsrc ws = a.ws;
     pdl_trigger(); /* our successor may set up while we run (pdl.cuh) */
-    const float *ax = a.x;
+    const float *ax = a.x, *au = a.xu;
     float *ay = a.y;
     if (a.expert) { /* the expert id comes from the predecessor */
         pdl_wait();
-        const int z = blockIdx.z; /* this block's (expert, token) pair */
+        int z = blockIdx.z; /* this block's (expert, token) pair */
+        if (z >= a.zsplit) { /* the second matrix's pair z - zsplit */
+            z -= a.zsplit;
+            ws.w = a.w2;
+            ay = a.y2;
+        }
         ws.w += (size_t)__ldg(a.expert + z) * a.expert_bytes;
-        ax += (size_t)(z / a.x_div) * ws.cols;
+        ax += (size_t)(z / a.x_div) * a.xstride;
+        if (au)
+            au += (size_t)(z / a.x_div) * a.xstride;
         ay += (size_t)z * ws.rows;
     }
     const int t0 = seg * a.p.tps, t1 = min(a.p.ntk, t0 + a.p.tps);
@@ -90,8 +108,8 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
             const int c = grp / nb, b = grp - c * nb, k = kb + b * gm.xb;
             int8_t *dst = xq + c * a.l.xstride + b * gm.xb;
             if (c < n) {
-                quant_block<gm.xb>(ax + (size_t)c * cols + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
-                                   xs + b * MV_COLS + c, lane);
+                quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
+                                   xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
             } else {
                 for (int e = lane; e < gm.xb; e += 32)
                     dst[e] = 0;
@@ -106,7 +124,8 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         __half *xh = (__half *)(smem + a.l.off_xq);
         for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
             const int c = i / klen, k = i - c * klen;
-            const float v = (c < n && kb + k < cols) ? ax[(size_t)c * cols + kb + k] : 0.f;
+            const size_t o = (size_t)c * a.xstride + kb + k;
+            const float v = (c < n && kb + k < cols) ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
             xh[c * a.l.xstride + k] = __float2half_rn(v);
         }
         act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
@@ -192,21 +211,44 @@ static int mv_launch(const MvArgs &a, int pairs, cudaStream_t stream, strata_err
     return 0;
 }
 
+/* What a fused launch adds to a plain one (MvArgs): the second matrix and
+ * its output, the SwiGLU's up rows, the rows' stride.  NULL: none. */
+struct MvFuse {
+    const void *w2;
+    float *y2;
+    const float *xu;
+    int64_t xstride;
+};
+
+static int f32_matmul_su(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
+                         const float *x, const float *xu, int64_t xstride, int64_t n, float *y,
+                         cudaStream_t stream, strata_error *err);
+
 /* The common launch: `pairs` blocks deep in z, pair z multiplying expert
  * expert[z] (when expert is set) by x row z / x_div into y row z; n tokens
- * per pair (pairs > 1: n = 1). */
+ * per pair (pairs > 1: n = 1).  f: the fusions (w2 needs expert). */
 static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int32_t *expert, int pairs,
-                  int x_div, const float *x, int n, float *y, cudaStream_t stream, strata_error *err)
+                  int x_div, const float *x, int n, float *y, const MvFuse *f, cudaStream_t stream,
+                  strata_error *err)
 {
     const size_t wbytes = cuda_weight_bytes(type, rows, cols);
     if (!wbytes)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %s %lld x %lld not supported", type_name(type),
                           (long long)rows, (long long)cols);
+    const MvFuse none = {NULL, NULL, NULL, cols};
+    if (!f)
+        f = &none;
+    const int total = f->w2 ? 2 * pairs : pairs; /* blocks in z */
     if (type == GGML_TYPE_F32) {
         /* test models only: one launch per pair */
-        for (int z = 0; z < pairs; z++) {
-            int rc = f32_matmul((const float *)w, expert ? expert + z : NULL, wbytes, rows, cols,
-                                x + (size_t)(z / x_div) * cols, n, y + (size_t)z * rows, stream, err);
+        for (int z = 0; z < total; z++) {
+            const int zz = z < pairs ? z : z - pairs;
+            const float *wz = (const float *)(z < pairs ? w : f->w2);
+            float *yz = z < pairs ? y : f->y2;
+            const size_t xo = (size_t)(zz / x_div) * f->xstride;
+            int rc = f32_matmul_su(wz, expert ? expert + zz : NULL, wbytes, rows, cols, x + xo,
+                                   f->xu ? f->xu + xo : NULL, f->xstride, n, yz + (size_t)zz * rows, stream,
+                                   err);
             if (rc)
                 return rc;
         }
@@ -230,6 +272,11 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     a.expert = expert;
     a.expert_bytes = wbytes;
     a.x_div = x_div;
+    a.w2 = (const uint8_t *)f->w2;
+    a.y2 = f->y2;
+    a.zsplit = pairs;
+    a.xu = f->xu;
+    a.xstride = f->xstride;
     a.p = p;
     a.l = mv_layout(type, p);
     a.x = x;
@@ -237,14 +284,14 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     a.n = n;
     a.nrb = (p.mt + MV_WARPS - 1) / MV_WARPS;
     switch (type) {
-    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, pairs, stream, err);
-    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, pairs, stream, err);
-    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, pairs, stream, err);
-    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, pairs, stream, err);
-    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, pairs, stream, err);
-    case GGML_TYPE_BF16: return mv_launch<GGML_TYPE_BF16>(a, pairs, stream, err);
+    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, total, stream, err);
+    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, total, stream, err);
+    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, total, stream, err);
+    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, total, stream, err);
+    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, total, stream, err);
+    case GGML_TYPE_BF16: return mv_launch<GGML_TYPE_BF16>(a, total, stream, err);
 #define MV_CASE(T)                                                                                       \
-    case T: return mv_launch<T>(a, pairs, stream, err);
+    case T: return mv_launch<T>(a, total, stream, err);
         WB_FOR_EACH(MV_CASE)
 #undef MV_CASE
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: type %s", type_name(type));
@@ -256,7 +303,7 @@ extern "C" int cuda_matvec_expert(int type, const void *w, int64_t rows, int64_t
 {
     if (!w || !x || !y || n < 1 || n > MV_COLS)
         return strata_err(err, STRATA_E_ARG, "cuda_matvec: bad arguments (n = %d, 1..8)", n);
-    return mv_run(type, w, rows, cols, expert, 1, 1, x, n, y, stream, err);
+    return mv_run(type, w, rows, cols, expert, 1, 1, x, n, y, NULL, stream, err);
 }
 
 extern "C" int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
@@ -266,7 +313,32 @@ extern "C" int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_
     if (!w || !experts || !x || !y || pairs < 1 || pairs > 65535 || x_div < 1)
         return strata_err(err, STRATA_E_ARG, "cuda_matvec_experts: bad arguments (%d pairs, x_div %d)", pairs,
                           x_div);
-    return mv_run(type, w, rows, cols, experts, pairs, x_div, x, 1, y, stream, err);
+    return mv_run(type, w, rows, cols, experts, pairs, x_div, x, 1, y, NULL, stream, err);
+}
+
+extern "C" int cuda_matvec_experts2(int type, const void *w, const void *w2, int64_t rows, int64_t cols,
+                                    const int32_t *experts, int pairs, int x_div, const float *x, float *y,
+                                    float *y2, cudaStream_t stream, strata_error *err)
+{
+    if (!w || !w2 || !experts || !x || !y || !y2 || pairs < 1 || 2 * pairs > 65535 || x_div < 1)
+        return strata_err(err, STRATA_E_ARG, "cuda_matvec_experts2: bad arguments (%d pairs, x_div %d)", pairs,
+                          x_div);
+    const MvFuse f = {w2, y2, NULL, cols};
+    return mv_run(type, w, rows, cols, experts, pairs, x_div, x, 1, y, &f, stream, err);
+}
+
+extern "C" int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
+                                  int n, const float *g, const float *u, int64_t xstride, float *y,
+                                  cudaStream_t stream, strata_error *err)
+{
+    if (!w || !g || !u || !y || n < 1 || n > (experts ? 65535 : MV_COLS) || xstride < cols)
+        return strata_err(err, STRATA_E_ARG,
+                          "cuda_matvec_swiglu: bad arguments (n = %d, 1..%d; stride %lld, cols %lld)", n,
+                          experts ? 65535 : MV_COLS, (long long)xstride, (long long)cols);
+    const MvFuse f = {NULL, NULL, u, xstride};
+    if (experts) /* pair p: expert experts[p], row p */
+        return mv_run(type, w, rows, cols, experts, n, 1, g, 1, y, &f, stream, err);
+    return mv_run(type, w, rows, cols, NULL, 1, 1, g, n, y, &f, stream, err);
 }
 
 extern "C" int cuda_matvec(int type, const void *w, int64_t rows, int64_t cols, const float *x, int n, float *y,
@@ -280,7 +352,8 @@ extern "C" int cuda_matvec(int type, const void *w, int64_t rows, int64_t cols, 
  * 4l + 128i in order with FMA, then a fixed butterfly; the same for every n,
  * so it is its own matmul. */
 __global__ void __launch_bounds__(256) f32_kernel(const float *w, const int32_t *expert, size_t expert_bytes,
-                                                  int rows, int cols, const float *x, int n, float *y)
+                                                  int rows, int cols, const float *x, const float *xu,
+                                                  int64_t xstride, int n, float *y)
 {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -290,29 +363,29 @@ __global__ void __launch_bounds__(256) f32_kernel(const float *w, const int32_t 
         w = (const float *)((const uint8_t *)w + (size_t)__ldg(expert) * expert_bytes);
     const float *wr = w + (size_t)row * cols;
     for (int c = blockIdx.y; c < n; c += gridDim.y) {
-        const float *xr = x + (size_t)c * cols;
-        float s = 0.f;
-        for (int k = lane * 4; k < cols; k += 128) {
-            const float4 wv = __ldg((const float4 *)(wr + k)), xv = __ldg((const float4 *)(xr + k));
-            s = __fmaf_rn(wv.x, xv.x, s);
-            s = __fmaf_rn(wv.y, xv.y, s);
-            s = __fmaf_rn(wv.z, xv.z, s);
-            s = __fmaf_rn(wv.w, xv.w, s);
-        }
-        s = warp_sum(s);
+        /* xu: cuda_matvec_swiglu, the SwiGLU's values as cuda_swiglu stores them */
+        const float s = f32_row_dot(wr, x + (size_t)c * xstride, xu ? xu + (size_t)c * xstride : nullptr, cols,
+                                    lane);
         if (lane == 0)
             y[(size_t)c * rows + row] = s;
     }
+}
+
+static int f32_matmul_su(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
+                         const float *x, const float *xu, int64_t xstride, int64_t n, float *y,
+                         cudaStream_t stream, strata_error *err)
+{
+    const unsigned gy = (unsigned)(n < 1024 ? n : 1024);
+    f32_kernel<<<dim3((unsigned)((rows + 7) / 8), gy), 256, 0, stream>>>(w, expert, expert_bytes, (int)rows,
+                                                                         (int)cols, x, xu, xstride, (int)n, y);
+    CUDA_CHECK_LAUNCH(err, "f32_kernel");
+    return 0;
 }
 
 namespace wt {
 int f32_matmul(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
                const float *x, int64_t n, float *y, cudaStream_t stream, strata_error *err)
 {
-    const unsigned gy = (unsigned)(n < 1024 ? n : 1024);
-    f32_kernel<<<dim3((unsigned)((rows + 7) / 8), gy), 256, 0, stream>>>(w, expert, expert_bytes, (int)rows,
-                                                                         (int)cols, x, (int)n, y);
-    CUDA_CHECK_LAUNCH(err, "f32_kernel");
-    return 0;
+    return f32_matmul_su(w, expert, expert_bytes, rows, cols, x, NULL, cols, n, y, stream, err);
 }
 } /* namespace wt */

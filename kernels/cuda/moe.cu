@@ -40,40 +40,36 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/f32_row.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 #include "model/model.h" /* MOE_MAX_USED */
 
 #define ROUTE_WARPS 4
 #define MOE_MAX_EXPERTS 256
 
-__global__ void __launch_bounds__(ROUTE_WARPS * 32)
-moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *sel, float *w)
+/* One token's routing by one warp: logits r[n_expert] (read with __ldcg:
+ * the fused router wrote them in this launch, from other blocks), pr a
+ * warp-private n_expert floats of shared memory, s_inv one shared float. */
+__device__ void route_token(const float *r, int n_expert, int k, float *pr, float *s_inv, int32_t *sel,
+                            float *w, int lane)
 {
-    __shared__ float prob[ROUTE_WARPS][MOE_MAX_EXPERTS];
-    __shared__ float s_inv[ROUTE_WARPS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t = blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= n_tok)
-        return; /* whole warps leave: no block-wide barrier below */
-    const float *r = logits + (int64_t)t * n_expert;
-    float *pr = prob[warp];
-
     float mx = -INFINITY;
     for (int i = lane; i < n_expert; i += 32)
-        mx = fmaxf(mx, r[i]);
+        mx = fmaxf(mx, __ldcg(r + i));
     mx = warp_max(mx);
     /* cpu_softmax: mx is its running max (the same value: max is exact). */
     for (int i = lane; i < n_expert; i += 32)
-        pr[i] = expf(__fsub_rn(r[i], mx));
+        pr[i] = expf(__fsub_rn(__ldcg(r + i), mx));
     __syncwarp();
     if (lane == 0) {
         double sum = 0.0;
         for (int i = 0; i < n_expert; i++)
             sum += pr[i];
-        s_inv[warp] = (float)(1.0 / sum);
+        *s_inv = (float)(1.0 / sum);
     }
     __syncwarp();
-    float inv = s_inv[warp];
+    float inv = *s_inv;
     for (int i = lane; i < n_expert; i += 32)
         pr[i] = __fmul_rn(pr[i], inv);
     __syncwarp();
@@ -106,10 +102,23 @@ moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *s
         for (int j = 0; j < k; j++)
             sum = __fadd_rn(sum, wsel[j]);
         for (int j = 0; j < k; j++) {
-            sel[(int64_t)t * k + j] = isel[j];
-            w[(int64_t)t * k + j] = __fdiv_rn(wsel[j], sum);
+            sel[j] = isel[j];
+            w[j] = __fdiv_rn(wsel[j], sum);
         }
     }
+}
+
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int32_t *sel, float *w)
+{
+    __shared__ float prob[ROUTE_WARPS][MOE_MAX_EXPERTS];
+    __shared__ float s_inv[ROUTE_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t = blockIdx.x * ROUTE_WARPS + warp;
+    if (t >= n_tok)
+        return; /* whole warps leave: no block-wide barrier below */
+    route_token(logits + (int64_t)t * n_expert, n_expert, k, prob[warp], &s_inv[warp], sel + (int64_t)t * k,
+                w + (int64_t)t * k, lane);
 }
 
 extern "C" int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t *d_sel,
@@ -125,6 +134,67 @@ extern "C" int cuda_moe_route(const float *logits, int n_tok, int n_expert, int 
     moe_route_kernel<<<blocks, ROUTE_WARPS * 32, 0, stream>>>(logits, n_tok, n_expert, k, d_sel,
                                                               d_w);
     CUDA_CHECK_LAUNCH(err, "moe_route");
+    return 0;
+}
+
+/* ---- the router's product and the routing in one launch ------------------
+ * Decode rows with an F32 router (llama.cpp's quantizer and mkmodel keep it
+ * F32): the F32 weight kernel's grid (a warp per router row, 8 per block;
+ * blockIdx.y a token) computes each logit with f32_row_dot, exactly as
+ * cuda_matvec would, into `logits`; the last block to finish (a ticket: an
+ * integer count, which orders nothing in any sum) routes every token with
+ * route_token, exactly as cuda_moe_route, and puts the ticket back to 0.
+ * So the logits, choices and weights are the bits of the two launches. */
+#define RR_WARPS 8
+
+__global__ void __launch_bounds__(RR_WARPS * 32)
+moe_router_route_kernel(const float *wr, int n_expert, int cols, const float *x, int n_tok, int k,
+                        float *logits, int32_t *sel, float *w, unsigned *ticket)
+{
+    __shared__ float prob[RR_WARPS][MOE_MAX_EXPERTS];
+    __shared__ float s_inv[RR_WARPS];
+    __shared__ int last;
+    pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
+    pdl_trigger(); /* then let the next kernel launch */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * RR_WARPS + warp, c = blockIdx.y;
+    if (row < n_expert) { /* whole warps: f32_row_dot's butterfly needs every lane */
+        const float v = f32_row_dot(wr + (size_t)row * cols, x + (size_t)c * cols, nullptr, cols, lane);
+        if (lane == 0)
+            logits[(size_t)c * n_expert + row] = v;
+    }
+    __threadfence(); /* each writer's logits before the block's ticket */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(ticket, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* every block's logits after the last ticket */
+    for (int t = warp; t < n_tok; t += RR_WARPS)
+        route_token(logits + (int64_t)t * n_expert, n_expert, k, prob[warp], &s_inv[warp], sel + (int64_t)t * k,
+                    w + (int64_t)t * k, lane);
+    if (threadIdx.x == 0)
+        *ticket = 0; /* ready for the next launch (the stream orders them) */
+}
+
+extern "C" int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols, const float *x, int n_tok,
+                                     int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_ticket,
+                                     cudaStream_t stream, strata_error *err)
+{
+    if (n_tok <= 0)
+        return 0;
+    if (n_expert < 1 || n_expert > MOE_MAX_EXPERTS || k < 1 || k > n_expert || k > MOE_MAX_USED)
+        return strata_err(err, STRATA_E_UNSUPPORTED,
+                          "cuda_moe_router_route: %d experts, top-%d (limits %d, %d)", n_expert, k,
+                          MOE_MAX_EXPERTS, MOE_MAX_USED);
+    if (!wr || !x || !logits || !d_sel || !d_w || !d_ticket || n_tok > 65535 || cols < 4 || cols % 4 ||
+        cols > (1 << 30))
+        return strata_err(err, STRATA_E_ARG, "cuda_moe_router_route: bad arguments (%d rows, %lld columns)",
+                          n_tok, (long long)cols);
+    const dim3 grid((unsigned)((n_expert + RR_WARPS - 1) / RR_WARPS), (unsigned)n_tok);
+    CUDA_CHECK(err, pdl_launch(moe_router_route_kernel, grid, dim3(RR_WARPS * 32), 0, stream, wr, n_expert,
+                               (int)cols, x, n_tok, k, logits, d_sel, d_w, d_ticket));
     return 0;
 }
 

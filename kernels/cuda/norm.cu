@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/norm_head.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 
@@ -53,27 +54,77 @@ __device__ double block_sum_d(double v)
     return total;
 }
 
-/* x, y: n_rows x n (row stride n); y may alias x.  With d (the residual
- * add fused in front): x += d first, written back, and the norm is taken of
- * the sum; y may then alias d, since every element of x, d and y is read
- * and written by one thread only, in the same order as the two separate
- * kernels (so the result is bit-identical to cuda_add + cuda_rmsnorm). */
+/* Where the residual add's d comes from.  RowDelta: row t of a buffer
+ * (cuda_add_rmsnorm; none when d is NULL: cuda_rmsnorm).  CombineDelta: the
+ * MoE combine of token t's k expert outputs, sum_j w[t][j] * y[src(t, j)]
+ * from 0 in slot order, each element computed with cuda_moe_combine's
+ * operations (cuda_moe_combine_add_rmsnorm). */
+struct RowDelta {
+    const float *d;
+    int64_t n;
+    __device__ bool on() const { return d != NULL; }
+    __device__ float at(int t, int64_t i) const { return d[(int64_t)t * n + i]; }
+    __device__ float4 at4(int t, int64_t i) const { return ((const float4 *)(d + (int64_t)t * n))[i]; }
+};
+
+struct CombineDelta {
+    const float *y;     /* expert outputs, rows of D */
+    const float *w;     /* [n_tok][k] weights */
+    const int32_t *inv; /* NULL: pair (t, j) is row t*k + j; else row inv[t*k + j] */
+    int k;
+    int64_t D;
+    int y4; /* every y row 16-byte aligned: float4 loads */
+    __device__ bool on() const { return true; }
+    __device__ const float *src(int t, int j) const
+    {
+        const int64_t r = inv ? inv[t * k + j] : (int64_t)t * k + j;
+        return y + r * D;
+    }
+    __device__ float at(int t, int64_t i) const
+    {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++)
+            acc = __fadd_rn(acc, __fmul_rn(w[t * k + j], src(t, j)[i]));
+        return acc;
+    }
+    __device__ float4 at4(int t, int64_t i) const
+    {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < k; j++) {
+            const float wj = w[t * k + j], *r = src(t, j);
+            const float4 v = y4 ? ((const float4 *)r)[i]
+                                : make_float4(r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
+            acc.x = __fadd_rn(acc.x, __fmul_rn(wj, v.x));
+            acc.y = __fadd_rn(acc.y, __fmul_rn(wj, v.y));
+            acc.z = __fadd_rn(acc.z, __fmul_rn(wj, v.z));
+            acc.w = __fadd_rn(acc.w, __fmul_rn(wj, v.w));
+        }
+        return acc;
+    }
+};
+
+/* x, y: n_rows x n (row stride n); y may alias x.  With a delta (the
+ * residual add fused in front): x += d first, written back, and the norm is
+ * taken of the sum; y may then alias d, since every element of x, d and y
+ * is read and written by one thread only, in the same order as the two
+ * separate kernels (so the result is bit-identical to cuda_add +
+ * cuda_rmsnorm).  w NULL: the add only (no norm follows). */
+template <class Delta>
 __global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(float *x, const float *d, const float *w, float *y, int64_t n, float eps, int vec)
+rmsnorm_kernel(float *x, Delta dl, const float *w, float *y, int64_t n, float eps, int vec)
 {
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
-    float *xr = x + (int64_t)blockIdx.x * n;
-    const float *dr = d ? d + (int64_t)blockIdx.x * n : NULL;
-    float *yr = y + (int64_t)blockIdx.x * n;
+    const int t = blockIdx.x;
+    float *xr = x + (int64_t)t * n;
+    float *yr = y + (int64_t)t * n;
     double ss = 0.0;
     if (vec) {
         float4 *x4 = (float4 *)xr;
-        const float4 *d4 = (const float4 *)dr;
         for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS) {
             float4 v = x4[i];
-            if (d4) {
-                const float4 a = d4[i];
+            if (dl.on()) {
+                const float4 a = dl.at4(t, i);
                 v.x = __fadd_rn(v.x, a.x);
                 v.y = __fadd_rn(v.y, a.y);
                 v.z = __fadd_rn(v.z, a.z);
@@ -88,13 +139,15 @@ rmsnorm_kernel(float *x, const float *d, const float *w, float *y, int64_t n, fl
     } else {
         for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
             float v = xr[i];
-            if (dr) {
-                v = __fadd_rn(v, dr[i]);
+            if (dl.on()) {
+                v = __fadd_rn(v, dl.at(t, i));
                 xr[i] = v;
             }
             ss += (double)v * v;
         }
     }
+    if (!w)
+        return; /* the same for the whole block: no barrier is left waiting */
     ss = block_sum_d(ss);
     /* The CPU's expression, in double, then rounded once to float. */
     float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
@@ -124,8 +177,9 @@ static int norm_launch(float *x, const float *d, const float *w, float *y, int n
     /* float4 only when every row starts 16-byte aligned */
     int vec = n % 4 == 0 &&
               !(((uintptr_t)x | (uintptr_t)d | (uintptr_t)w | (uintptr_t)y) & 15u);
-    CUDA_CHECK(err, pdl_launch(rmsnorm_kernel, dim3(n_rows), dim3(NORM_THREADS), 0, stream, x, d, w, y,
-                               n, eps, vec));
+    const RowDelta dl = {d, n};
+    CUDA_CHECK(err, pdl_launch(rmsnorm_kernel<RowDelta>, dim3(n_rows), dim3(NORM_THREADS), 0, stream, x,
+                               dl, w, y, n, eps, vec));
     return 0;
 }
 
@@ -140,6 +194,25 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *d, const float *w, float 
                                 int64_t n, float eps, cudaStream_t stream, strata_error *err)
 {
     return norm_launch(x, d, w, y, n_rows, n, eps, stream, err);
+}
+
+extern "C" int cuda_moe_combine_add_rmsnorm(const float *y, const float *d_w, const int32_t *d_inv,
+                                            int n_tok, int k, int64_t D, float *x, const float *nw,
+                                            float *xb, float eps, cudaStream_t stream,
+                                            strata_error *err)
+{
+    if (n_tok <= 0 || D <= 0)
+        return 0;
+    if (k < 1 || (nw && !xb))
+        return strata_err(err, STRATA_E_ARG, "cuda_moe_combine_add_rmsnorm: k %d, norm %s, out %s", k,
+                          nw ? "set" : "none", xb ? "set" : "none");
+    /* float4 exactly when cuda_rmsnorm(x, nw, xb) would take it (the same
+     * partition of the sum of squares, so the same scale) */
+    const int vec = D % 4 == 0 && !(((uintptr_t)x | (uintptr_t)nw | (uintptr_t)xb) & 15u);
+    const CombineDelta dl = {y, d_w, d_inv, k, D, !((uintptr_t)y & 15u)};
+    CUDA_CHECK(err, pdl_launch(rmsnorm_kernel<CombineDelta>, dim3(n_tok), dim3(NORM_THREADS), 0, stream,
+                               x, dl, nw, nw ? xb : x, D, eps, vec));
+    return 0;
 }
 
 /* ---- per-head ------------------------------------------------------------ */
@@ -159,14 +232,7 @@ rmsnorm_heads_kernel(float *x, const float *w, int n_rows, int n_heads, int head
         return;
     int lane = threadIdx.x & 31;
     int64_t row = v / n_heads, h = v - row * n_heads;
-    float *p = x + row * stride + h * head_dim;
-    double ss = 0.0;
-    for (int i = lane; i < head_dim; i += 32)
-        ss += (double)p[i] * p[i];
-    ss = warp_sum_d(ss);
-    float scale = (float)(1.0 / sqrt(ss / (double)head_dim + (double)eps));
-    for (int i = lane; i < head_dim; i += 32)
-        p[i] = __fmul_rn(__fmul_rn(p[i], scale), w[i]);
+    head_rmsnorm_warp(x + row * stride + h * head_dim, w, head_dim, eps, lane);
 }
 
 extern "C" int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_heads,

@@ -55,6 +55,7 @@ extern "C" {
 #include "model/quant.h"
 }
 #undef _Static_assert
+#include "kernels/cuda/act.cuh" /* swiglu1 */
 #include "kernels/cuda/wblocks.cuh"
 
 namespace wt {
@@ -220,16 +221,19 @@ struct Act {
 
 /* Quantize one activation block of XB floats (the first `valid` of src; the
  * rest are taken as 0) with one warp: the same code for decode and prefill,
- * so both see identical int8 values. */
+ * so both see identical int8 values.  up (cuda_matvec_swiglu): the block's
+ * values are swiglu1(src[i], up[i]), the float cuda_swiglu would have
+ * stored, so the int8 values are those of the unfused pair. */
 template <int XB>
-__device__ __forceinline__ void quant_block(const float *src, int valid, int8_t *dst, float *d, int *s, int lane)
+__device__ __forceinline__ void quant_block(const float *src, int valid, int8_t *dst, float *d, int *s, int lane,
+                                            const float *up = nullptr)
 {
     constexpr int E = XB / 32;
     float v[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         const int i = lane * E + e;
-        v[e] = i < valid ? src[i] : 0.f;
+        v[e] = i < valid ? (up ? swiglu1(src[i], up[i]) : src[i]) : 0.f;
     }
     float am = 0.f;
 #pragma unroll
