@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda_wtest.h"
+#include "kernels/cpu/act_q8.h"
 #include "engine/cuda/weight_types.h"
 
 #ifdef STRATA_CUDA
@@ -217,6 +218,16 @@ END_TEST
  * then cuda_matvec_experts / cuda_matvec), and against the CPU twins
  * (cpu_swiglu then cpu_matmul) within cw_tolerance, on random weights and
  * N(0,1) gate/up inputs, for every weight path (int8, fp16, f32). */
+/* The card quantizes a matvec's activations to int8 per 32 values; SwiGLU
+ * outputs (silu(g) * u, g with std 2 here) are heavier-tailed than the
+ * Gaussian inputs cw_tolerance was set for, so a block's maximum sits further
+ * from its RMS and the rounding costs more: 1.5e-2 for the int8 paths. */
+static double swiglu_tolerance(int type)
+{
+    double t = cw_tolerance(type);
+    return t < 1e-2 ? t : 1.5e-2;
+}
+
 static void check_fused(int type, uint64_t seed)
 {
     const int64_t rows = 96, cols = 512;
@@ -275,7 +286,7 @@ static void check_fused(int type, uint64_t seed)
     }
     double e = cw_rel_err(a, ref, pr);
     fprintf(stderr, "cuda_matvec_swiglu %-7s experts rel err %.3g\n", type_name(type), e);
-    ck_assert_msg(e < cw_tolerance(type), "%s experts+swiglu: rel err %g", type_name(type), e);
+    ck_assert_msg(e < swiglu_tolerance(type), "%s experts+swiglu: rel err %g", type_name(type), e);
 
     /* dense: n tokens of a stacked gate|up row (stride 2 x cols) */
     for (int n = 1; n <= 3; n += 2) {
@@ -296,7 +307,7 @@ static void check_fused(int type, uint64_t seed)
                       type_name(type), n);
         cpu_matmul(type, hw[0], rows, cols, h, n, ref); /* h: the twins' SwiGLU rows above */
         e = cw_rel_err(a, ref, (size_t)n * rows);
-        ck_assert_msg(e < cw_tolerance(type), "%s dense n=%d: rel err %g", type_name(type), n, e);
+        ck_assert_msg(e < swiglu_tolerance(type), "%s dense n=%d: rel err %g", type_name(type), n, e);
         cudaFree(dgu);
         free(gu);
     }
@@ -325,6 +336,9 @@ START_TEST(matvec_fused_equal_unfused)
     const char *why;
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
+    /* the twins in float: the CPU's int8 activations would add their own
+     * rounding to the card's (seen on the H200: 1.3e-2 together) */
+    cpu_matmul_fast_set_q8(0);
     for (int ti = 0; ti < CW_NTYPES; ti++)
         check_fused(cw_types[ti], 1300 + 100 * (uint64_t)ti);
 }

@@ -213,7 +213,11 @@ static void ffn_dense(srun *r, int il)
     int n = r->c->n;
     int64_t D = hp->n_embd;
     const int gelu = hp->ffn_gelu; /* gemma3: GELU-tanh gating instead of SiLU */
-    const int fuse_down = !gelu && n <= MATVEC_MAX_ROWS && fused(r);
+    /* one row only: every block of the down matvec recomputes the SwiGLU of
+     * its whole input, which at 4 rows cost more than the launch it saves
+     * (H200, 8B llama IQ3_XXS: batch 1 302.5 -> 310.8 tok/s, batch 4 1106.4
+     * -> 1063.0); the MoE pairs keep it at every batch (their own rows) */
+    const int fuse_down = !gelu && n == 1 && fused(r);
     if (d->gate_up.d) {
         int64_t F = d->gate_up.rows / 2;
         matmul(r, &d->gate_up, cs->xb, n, cs->hb);
