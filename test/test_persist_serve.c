@@ -240,20 +240,6 @@ static int log_has(const srv *sv, const char *s)
 
 /* ---- the index rebuilt from ids ------------------------------------------ */
 
-static tokenizer *demo_tokenizer(void)
-{
-    const char *path = test_demo_model();
-    gguf *g = NULL;
-    tokenizer *t = NULL;
-    strata_error err = {0};
-    if (!path)
-        return NULL;
-    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_from_gguf(g, &t, &err) == 0, "%s", err.msg);
-    gguf_close(g);
-    return t;
-}
-
 static void encode(const tokenizer *t, const char *s, int flags, tok_ids *out)
 {
     strata_error err = {0};
@@ -266,7 +252,7 @@ static void encode(const tokenizer *t, const char *s, int flags, tok_ids *out)
  * the kind of request whose encoding reads the control tokens the same. */
 START_TEST(persist_serve_index_from_ids)
 {
-    tokenizer *t = demo_tokenizer();
+    tokenizer *t = test_demo_tokenizer();
     if (!t)
         TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
     const char *prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"

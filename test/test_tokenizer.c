@@ -46,20 +46,6 @@ static int valid_utf8(const char *s, size_t n)
     return 1;
 }
 
-static tokenizer *load_demo(void)
-{
-    const char *path = test_demo_model();
-    gguf *g = NULL;
-    tokenizer *t = NULL;
-    strata_error err = {0};
-    if (!path)
-        return NULL;
-    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
-    ck_assert_msg(tokenizer_from_gguf(g, &t, &err) == 0, "%s", err.msg);
-    gguf_close(g); /* the tokenizer keeps copies, not pointers into the file */
-    return t;
-}
-
 static void parse_ids(char *s, tok_ids *v)
 {
     v->n = 0;
@@ -186,7 +172,7 @@ END_TEST
 
 START_TEST(demo_properties)
 {
-    tokenizer *t = load_demo();
+    tokenizer *t = test_demo_tokenizer();
     if (!t)
         TEST_SKIP("model", "demo model missing (make model)");
     ck_assert_uint_eq(tokenizer_n_vocab(t), 49152);
@@ -212,7 +198,7 @@ START_TEST(demo_matches_hf_tokenizers)
         TEST_SKIP("model", "demo model missing (make model)");
     if (!test_have_python("gguf,tokenizers"))
         TEST_SKIP("python", "python3 modules gguf, tokenizers missing");
-    tokenizer *t = load_demo();
+    tokenizer *t = test_demo_tokenizer();
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/tok_check.py %s %s/test/data/tok_corpus.txt",
              test_root(), model, test_root());
@@ -285,7 +271,7 @@ static void stream_check(const tokenizer *t, const char *s)
 
 START_TEST(demo_stream_decode)
 {
-    tokenizer *t = load_demo();
+    tokenizer *t = test_demo_tokenizer();
     if (!t)
         TEST_SKIP("model", "demo model missing (make model)");
     stream_check(t, "😀😃😄 👨‍👩‍👧‍👦 🇺🇸");
@@ -313,7 +299,7 @@ END_TEST
 
 START_TEST(demo_invalid_utf8)
 {
-    tokenizer *t = load_demo();
+    tokenizer *t = test_demo_tokenizer();
     if (!t)
         TEST_SKIP("model", "demo model missing (make model)");
     /* Every byte here has a byte token in the demo vocabulary.  0xFE and
@@ -339,7 +325,7 @@ END_TEST
 
 START_TEST(demo_encode_speed)
 {
-    tokenizer *t = load_demo();
+    tokenizer *t = test_demo_tokenizer();
     if (!t)
         TEST_SKIP("model", "demo model missing (make model)");
     static const char para[] =

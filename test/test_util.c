@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "model/gguf.h"
+#include "text/tokenizer.h"
 
 #ifdef STRATA_CUDA
 #include <cuda_runtime_api.h>
@@ -112,6 +114,20 @@ const char *test_demo_model(void)
     snprintf(path, sizeof path, "%s/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf",
              home ? home : "/root");
     return file_exists(path) ? path : NULL;
+}
+
+tokenizer *test_demo_tokenizer(void)
+{
+    const char *path = test_demo_model();
+    gguf *g = NULL;
+    tokenizer *t = NULL;
+    strata_error err = {0};
+    if (!path)
+        return NULL;
+    ck_assert_msg(gguf_open(path, &g, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_from_gguf(g, &t, &err) == 0, "%s", err.msg);
+    gguf_close(g); /* the tokenizer keeps copies, not pointers into the file */
+    return t;
 }
 
 const char *test_cli(void)

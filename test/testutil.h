@@ -54,6 +54,9 @@ int test_check_require(void);
 /* The demo model's path if present (STRATA_MODEL or ~/.cache/strata/...),
  * else NULL. */
 const char *test_demo_model(void);
+/* The demo model's tokenizer, or NULL without the model (tokenizer_free it). */
+struct tokenizer;
+struct tokenizer *test_demo_tokenizer(void);
 /* The strata-cli binary (STRATA_CLI, set by make test), or NULL. */
 const char *test_cli(void);
 /* The repository root (STRATA_ROOT, set by make test; "." otherwise). */
