@@ -15,7 +15,8 @@
  *    sum |w x| is printed and held below 1e-3 (measured on Gaussian
  *    activations: 2.6e-4 for Q4_0 Q4_1 Q5_0 Q4_K, 3.0e-4 Q8_0, 3.2e-4
  *    Q6_K; the float activations' kernels stay below 1e-6);
- *  - the AVX2 tile kernels (dot_q8_tile_avx2.c) against their plain C twin,
+ *  - the AVX2 tile kernels (dot_q8_tile_avx2.c) and their AVX512-VNNI
+ *    twins (where the CPU has VNNI) against the plain C twin,
  *    which does each output element's operations one by one in the same
  *    order: bitwise, for 1..11 activation rows (every split into tiles of
  *    8, 4, 2, 1), an odd number of weight rows, and rows short enough for
@@ -174,6 +175,10 @@ START_TEST(tiles_match_the_c_twin_bitwise)
 {
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
+    const int vnni = fast_cpu_vnni_ok();
+    if (!vnni)
+        test_note_skip("tiles_match_the_c_twin_bitwise (AVX512-VNNI twin)", "cpu",
+                       "CPU lacks AVX512F/VL/VNNI");
     const int64_t rows = 37, nmax = 11;
     const int64_t colss[] = {768, 9216}; /* one pass; two (over 8192 columns) */
     for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
@@ -189,15 +194,17 @@ START_TEST(tiles_match_the_c_twin_bitwise)
             uint8_t *w = random_blocks(type, rows, cols, 900 + 10 * ci + ti);
             const size_t rb = type_row_bytes(type, cols);
             q8_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
-            for (int64_t n = 1; n <= nmax; n++) {
-                memset(ya, 0xff, nmax * rows * sizeof *ya);
-                q8_rows_avx2(type)(w, rb, rows, cols, xq, n, ya, rows);
-                for (int64_t k = 0; k < n * rows; k++)
-                    ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
-                                  "%s cols %lld n=%lld row %lld tok %lld: avx2 %.9g, C twin %.9g",
-                                  type_name(type), (long long)cols, (long long)n,
-                                  (long long)(k % rows), (long long)(k / rows), ya[k], yc[k]);
-            }
+            for (int isa = 0; isa <= vnni; isa++)
+                for (int64_t n = 1; n <= nmax; n++) {
+                    memset(ya, 0xff, nmax * rows * sizeof *ya);
+                    (isa ? q8_rows_avx512 : q8_rows_avx2)(type)(w, rb, rows, cols, xq, n, ya, rows);
+                    for (int64_t k = 0; k < n * rows; k++)
+                        ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
+                                      "%s cols %lld n=%lld row %lld tok %lld: %s %.9g, C twin %.9g",
+                                      type_name(type), (long long)cols, (long long)n,
+                                      (long long)(k % rows), (long long)(k / rows),
+                                      isa ? "avx512-vnni" : "avx2", ya[k], yc[k]);
+                }
             free(w);
         }
         free(x);
