@@ -8,7 +8,9 @@
  * signed codes for Q8_0 and Q6_K, which go through the sign trick
  * (maddubs(|w|, sign(x, w))).  Each decoder also gives the madd
  * multipliers (ones, or Q6_K's two 16-element scales), the float factor
- * dw of the integer dot and the factor cw of the activation block's s. */
+ * dw of the integer dot and the factor cw of the activation block's s.
+ * No maddubs pair can saturate: a pair is at most 2 * 128 * 127 = 32512
+ * (Q8_0's |w| <= 128; the other types' codes are smaller). */
 #ifndef STRATA_DOT_Q8_AVX2_H
 #define STRATA_DOT_Q8_AVX2_H
 

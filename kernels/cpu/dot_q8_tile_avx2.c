@@ -1,12 +1,14 @@
-/* dot_q8_tile_avx2.c: the AVX2 int8-activation kernels (kernels/cpu/act_q8.h),
- * in 2-D tiles: R weight rows by C activation rows at a time.
+/* dot_q8_tile_avx2.c: the int8-activation kernels (kernels/cpu/act_q8.h) in
+ * tiles of R weight rows by C activation rows, in two twins: AVX2
+ * (maddubs + madd, functions *_avx2) and AVX512-VNNI (dpbusd on 256-bit
+ * registers, functions *_avx512); the same integers, the same bits.
  *
  * Inside a tile each 32-weight sub-block of a weight row is decoded once
- * (dot_q8_avx2.h) and met by the C activation rows' codes, and each
- * activation block, loaded once, meets the R weight rows.  With a prompt
- * the tile is Q8_RPROMPT x Q8_CMAX; a single activation row (a decode
- * step) takes Q8_RDECODE weight rows at once, which keeps that many
- * independent FMA chains in flight.
+ * (dot_q8_avx2.h) and met by the C activation rows' codes.  C is 8 (then
+ * 4, 2, 1 for what is left of n); R is 1 (Q8_RPROMPT, Q8_RDECODE): more
+ * weight rows saved nothing measurable (an activation block is a memory
+ * operand of maddubs / dpbusd either way) and, with one activation row,
+ * interleaved weight rows lost the hardware prefetch (doc/cpu.md).
  *
  * The per-block float factors are made once per weight row and sub-block
  * for all C activation rows: the transposed scales of the tile's
@@ -14,19 +16,25 @@
  * tile of activation rows) are multiplied by the weight block's dw in one
  * vector, and its s terms (cw * s, Q4_1's minimum, the Q4_0 / Q5_0
  * offsets, Q4_K's minima) are added in one vector FMA; per output element
- * and sub-block the work is maddubs, madd, convert and one FMA.
+ * and sub-block the work is the integer dot, a convert and one FMA.
  *
  * Reduction order, per output element (the plain C twin in dot_q8_scalar.c
- * does exactly these operations, so the twins agree bit for bit):
- *     acc[8 lanes] = fma(float(int dot of lane k's 4 codes * mul), dw * d_x, acc)
- *     corr         = fma(cw, s_x, corr)
- * sub-block after sub-block in column order, then
- *     y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)) + corr.
- * Nothing in it depends on R, C, the position in the tile, n or the
- * thread, so a decode step and a prompt row give the same bits.
+ * does exactly these operations, so the twins agree bit for bit), with
+ * K = the sub-block's parity (two chains, so a single row is not bound by
+ * the FMA latency):
+ *     acc_K[8 lanes] = fma(float(int dot of lane k's 4 codes * mul), dw * d_x, acc_K)
+ *     corr_K         = fma(cw, s_x, corr_K)
+ * sub-block after sub-block in column order, then with a = acc_0 + acc_1
+ * lane by lane
+ *     y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + (corr_0 + corr_1).
+ * Nothing in it depends on R, C, the position in the tile, n, the pass
+ * over the columns or the thread, so a decode step and a prompt row give
+ * the same bits.
  *
- * Every function here is compiled for AVX2/FMA/F16C and named *_avx2 (the
- * ISA rule of dot_kernels.h); they run only after fast_cpu_avx2_ok(). */
+ * Every function here is compiled for AVX2/FMA/F16C (the *_avx512 ones
+ * for AVX512F/VL/VNNI as well) and named accordingly (the ISA rule of
+ * dot_kernels.h); they run only after fast_cpu_avx2_ok() /
+ * fast_cpu_vnni_ok(). */
 #include <math.h>
 
 #include "kernels/cpu/act_q8.h"
