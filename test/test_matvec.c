@@ -256,7 +256,8 @@ END_TEST
  * FMA or F16C instructions (any VEX/EVEX mnemonic, i.e. one starting with
  * 'v' other than the VMX/verr ones, or a ymm/zmm operand) may only appear
  * in functions compiled for them, which dot_kernels.h says are named
- * *_avx2 (gcc clones keep the name before a '.').  Disassembles the
+ * *_avx2 or, for the AVX512-VNNI int8 kernels, *_avx512 (gcc clones keep
+ * the name before a '.').  Disassembles the
  * libstrata.a built next to this binary. */
 static int is_avx_insn(const char *mn, const char *line)
 {
@@ -283,7 +284,8 @@ static int is_dispatched_name(const char *fn)
     if (dot)
         *dot = '\0';
     const size_t n = strlen(base);
-    return n >= 5 && !strcmp(base + n - 5, "_avx2");
+    return (n >= 5 && !strcmp(base + n - 5, "_avx2")) ||
+           (n >= 7 && !strcmp(base + n - 7, "_avx512"));
 }
 
 START_TEST(no_avx_outside_dispatched_functions)
@@ -332,7 +334,7 @@ START_TEST(no_avx_outside_dispatched_functions)
     ck_assert_msg(rc == 0 && n_lines > 1000, "objdump failed (status %d, %ld lines)", rc, n_lines);
     /* the parser must see the AVX2 kernels, or it proves nothing */
     ck_assert_msg(n_dispatched > 100, "only %ld AVX instructions in *_avx2 functions", n_dispatched);
-    ck_assert_msg(n_bad == 0, "%ld AVX instruction(s) outside *_avx2 functions, first in %s: %s",
+    ck_assert_msg(n_bad == 0, "%ld AVX instruction(s) outside *_avx2 / *_avx512 functions, first in %s: %s",
                   n_bad, bad_fn, bad_line);
 #endif
 }

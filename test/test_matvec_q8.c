@@ -15,6 +15,12 @@
  *    sum |w x| is printed and held below 1e-3 (measured on Gaussian
  *    activations: 2.6e-4 for Q4_0 Q4_1 Q5_0 Q4_K, 3.0e-4 Q8_0, 3.2e-4
  *    Q6_K; the float activations' kernels stay below 1e-6);
+ *  - the AVX2 tile kernels (dot_q8_tile_avx2.c) and their AVX512-VNNI
+ *    twins (where the CPU has VNNI) against the plain C twin,
+ *    which does each output element's operations one by one in the same
+ *    order: bitwise, for 1..11 activation rows (every split into tiles of
+ *    8, 4, 2, 1), an odd number of weight rows, and rows short enough for
+ *    one pass over the columns and long enough for two;
  *  - cpu_matmul_fast on this path: a batch of 9 rows on 1, 2 and 3 threads
  *    is bitwise one row at a time (the invariance rule). */
 #include "testutil.h"
@@ -163,9 +169,55 @@ START_TEST(kernels_match_float64_on_the_codes)
 }
 END_TEST
 
+/* The AVX2 tiles and the plain C twin do the same float operations per
+ * output element, so they agree bit for bit whatever the tile shape. */
+START_TEST(tiles_match_the_c_twin_bitwise)
+{
+    if (!fast_cpu_avx2_ok())
+        TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
+    const int vnni = fast_cpu_vnni_ok();
+    if (!vnni)
+        test_note_skip("tiles_match_the_c_twin_bitwise (AVX512-VNNI twin)", "cpu",
+                       "CPU lacks AVX512F/VL/VNNI");
+    const int64_t rows = 37, nmax = 11;
+    const int64_t colss[] = {768, 9216}; /* one pass; two (over 8192 columns) */
+    for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
+        const int64_t cols = colss[ci], nsub = cols / 32;
+        float *x = malloc(nmax * cols * sizeof *x);
+        float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
+        act_q8 *xq = malloc(nmax * nsub * sizeof *xq);
+        test_fill_normal(x, nmax * cols, 1.0f, 51 + ci);
+        for (int64_t i = 0; i < nmax; i++)
+            act_q8_quantize(x + i * cols, cols, xq + i * nsub);
+        for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
+            const int type = q8_types[ti];
+            uint8_t *w = random_blocks(type, rows, cols, 900 + 10 * ci + ti);
+            const size_t rb = type_row_bytes(type, cols);
+            q8_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
+            for (int isa = 0; isa <= vnni; isa++)
+                for (int64_t n = 1; n <= nmax; n++) {
+                    memset(ya, 0xff, nmax * rows * sizeof *ya);
+                    (isa ? q8_rows_avx512 : q8_rows_avx2)(type)(w, rb, rows, cols, xq, n, ya, rows);
+                    for (int64_t k = 0; k < n * rows; k++)
+                        ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
+                                      "%s cols %lld n=%lld row %lld tok %lld: %s %.9g, C twin %.9g",
+                                      type_name(type), (long long)cols, (long long)n,
+                                      (long long)(k % rows), (long long)(k / rows),
+                                      isa ? "avx512-vnni" : "avx2", ya[k], yc[k]);
+                }
+            free(w);
+        }
+        free(x);
+        free(ya);
+        free(yc);
+        free(xq);
+    }
+}
+END_TEST
+
 /* cpu_matmul_fast on the int8 path (AVX2; the scalar level keeps float
  * activations, run here too): a batch of 9 rows
- * (tiles of 4, 4, 1) on 1, 2 and 3 threads gives bitwise what one row at a
+ * (tiles of 8 and 1) on 1, 2 and 3 threads gives bitwise what one row at a
  * time gives. */
 START_TEST(q8_path_is_invariant)
 {
@@ -210,6 +262,7 @@ static Suite *matvec_q8_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, quantizer_twins_agree_and_round_to_half_a_step);
     tcase_add_test(tc, kernels_match_float64_on_the_codes);
+    tcase_add_test(tc, tiles_match_the_c_twin_bitwise);
     tcase_add_test(tc, q8_path_is_invariant);
     suite_add_tcase(s, tc);
     return s;

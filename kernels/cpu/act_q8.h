@@ -18,10 +18,11 @@
  * A q8 rows kernel computes y[i * ystride + r] = sum_c W[r][c] * x_i[c]
  * for nrows weight rows and n quantized activation rows.  Per output
  * element: an exact int32 dot per 32-block, scaled by the weight's and
- * the activation's d into float accumulators in block order, plus the
- * s terms summed apart: the same operations whatever n or the thread, so
- * the invariance rule holds.  The scalar and AVX2 twins differ only in
- * the order of the float adds. */
+ * the activation's d into float accumulators in block order (even and
+ * odd sub-blocks apart), plus the s terms summed apart: the same
+ * operations whatever n or the thread, so the invariance rule holds.  The
+ * scalar, AVX2 and AVX512-VNNI twins do the same operations in the same
+ * order and agree bit for bit (dot_q8_tile_avx2.c). */
 #ifndef STRATA_ACT_Q8_H
 #define STRATA_ACT_Q8_H
 
@@ -44,7 +45,13 @@ typedef void (*q8_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, in
 /* The kernel for a weight type, or NULL (then cpu_matmul_fast keeps float
  * activations): Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K. */
 q8_rows_fn q8_rows_scalar(int type); /* dot_q8_scalar.c */
-q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_avx2.c; NULL off x86-64 */
+q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* The same kernels with AVX512-VNNI's dpbusd for the integer dots (on
+ * 256-bit registers): the same bits as q8_rows_avx2; call only where
+ * fast_cpu_vnni_ok().  Functions compiled for it are named *_avx512. */
+q8_rows_fn q8_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
+int fast_cpu_vnni_ok(void);
 
 /* Whether cpu_matmul_fast quantizes activations (on a CPU with AVX2; the
  * plain C twins are the tests' reference): -1 the default (yes, unless

@@ -15,8 +15,9 @@
  * each other (and from the reference); a process uses one of them.
  *
  * ISA rule (checked by test/test_matvec.c): every function compiled for
- * AVX2/FMA/F16C has a name ending in `_avx2`, and only those contain
- * AVX instructions; they are called only after __builtin_cpu_supports. */
+ * AVX2/FMA/F16C has a name ending in `_avx2` (`_avx512` for the int8
+ * kernels that add AVX512-VNNI, act_q8.h), and only those contain AVX
+ * instructions; they are called only after __builtin_cpu_supports. */
 #ifndef STRATA_DOT_KERNELS_H
 #define STRATA_DOT_KERNELS_H
 

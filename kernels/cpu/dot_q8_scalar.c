@@ -126,6 +126,18 @@ static void blk_q6_k(const uint8_t *row, int64_t s, wblk *o)
     o->cw = 0.0f;
 }
 
+/* The sum of the eight lanes in the AVX2 twin's order (hsum_avx2). */
+static float hsum8(const float *a)
+{
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+/* Per output element the operations of the AVX2 tiles (dot_q8_tile_avx2.c),
+ * one by one: lane k of an accumulator takes codes 4k..4k+3 of a
+ * sub-block (times the multiplier of their half), fused-multiply-added
+ * with dw * d_x; even and odd sub-blocks have accumulators of their own
+ * (two FMA chains for a single row), and so have the s terms. */
 #define DEFINE_Q8_ROWS_SCALAR(NAME)                                                         \
     static void q8rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
                               int64_t cols, const act_q8 *x, int64_t n, float *y,           \
@@ -136,19 +148,22 @@ static void blk_q6_k(const uint8_t *row, int64_t s, wblk *o)
             const uint8_t *row = w + r * row_bytes;                                         \
             for (int64_t i = 0; i < n; i++) {                                               \
                 const act_q8 *xi = x + i * nsub;                                            \
-                float acc = 0.0f, corr = 0.0f;                                              \
+                float acc[2][8] = {{0}}, corr[2] = {0}, sum[8];                             \
                 for (int64_t s = 0; s < nsub; s++) {                                        \
                     wblk b;                                                                 \
                     blk_##NAME(row, s, &b);                                                 \
-                    int lo = 0, hi = 0;                                                     \
-                    for (int j = 0; j < 16; j++) {                                          \
-                        lo += b.w[j] * xi[s].q[j];                                          \
-                        hi += b.w[j + 16] * xi[s].q[j + 16];                                \
+                    const float f = b.dw * xi[s].d;                                         \
+                    for (int k = 0; k < 8; k++) {                                           \
+                        int p = 0;                                                          \
+                        for (int j = 4 * k; j < 4 * k + 4; j++)                             \
+                            p += b.w[j] * xi[s].q[j];                                       \
+                        acc[s & 1][k] = fmaf((float)(p * b.mul[k / 4]), f, acc[s & 1][k]);  \
                     }                                                                       \
-                    acc += (float)(lo * b.mul[0] + hi * b.mul[1]) * (b.dw * xi[s].d);       \
-                    corr += b.cw * xi[s].s;                                                 \
+                    corr[s & 1] = fmaf(b.cw, xi[s].s, corr[s & 1]);                         \
                 }                                                                           \
-                y[i * ystride + r] = acc + corr;                                            \
+                for (int k = 0; k < 8; k++)                                                 \
+                    sum[k] = acc[0][k] + acc[1][k];                                         \
+                y[i * ystride + r] = hsum8(sum) + (corr[0] + corr[1]);                      \
             }                                                                               \
         }                                                                                   \
     }

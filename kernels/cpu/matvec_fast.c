@@ -8,7 +8,9 @@
  *    where waking a worker would cost more than it saves.
  *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
  *    quantized once per call to int8 blocks of 32 (act_q8.h) and the
- *    weights are dotted against the codes in integers (dot_q8_*.c); the
+ *    weights are dotted against the codes in integers, in tiles of up to
+ *    8 activation rows (dot_q8_tile_avx2.c; with AVX512-VNNI its dpbusd
+ *    twins, the same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the
  *    other types (and all of them with STRATA_MATMUL_F32=1) keep float
  *    activations.  The codes live in a per-thread buffer that grows to the
  *    largest call and is then reused: no allocation in a step.
@@ -88,6 +90,21 @@ int cpu_matmul_fast_set_q8(int on)
 {
     atomic_store(&fast_q8, on);
     return q8_level();
+}
+
+/* -1: not chosen yet; 0 the AVX2 int8 kernels; 1 their AVX512-VNNI twins
+ * (the same bits) where the CPU has them, unless STRATA_MATMUL_VNNI=0 */
+static atomic_int fast_vnni = -1;
+
+static int vnni_level(void)
+{
+    int l = atomic_load_explicit(&fast_vnni, memory_order_relaxed);
+    if (l < 0) {
+        const char *e = getenv("STRATA_MATMUL_VNNI");
+        l = e && !strcmp(e, "0") ? 0 : fast_cpu_vnni_ok();
+        atomic_store_explicit(&fast_vnni, l, memory_order_relaxed);
+    }
+    return l;
 }
 
 /* The calling thread's buffer for quantized activations, grown on demand
@@ -220,7 +237,7 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
     if (q8_level() && avx2 && cols % 32 == 0) {
-        q8_rows_fn k = q8_rows_avx2(type);
+        q8_rows_fn k = vnni_level() ? q8_rows_avx512(type) : q8_rows_avx2(type);
         act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32))) : NULL;
         if (xq) {
             for (int64_t i = 0; i < n; i++)

@@ -1,0 +1,364 @@
+/* dot_q8_tile_avx2.c: the int8-activation kernels (kernels/cpu/act_q8.h) in
+ * tiles of R weight rows by C activation rows, in two twins: AVX2
+ * (maddubs + madd, functions *_avx2) and AVX512-VNNI (dpbusd on 256-bit
+ * registers, functions *_avx512); the same integers, the same bits.
+ *
+ * Inside a tile each 32-weight sub-block of a weight row is decoded once
+ * (dot_q8_avx2.h) and met by the C activation rows' codes.  C is 8 (then
+ * 4, 2, 1 for what is left of n); R is 1 (Q8_RPROMPT, Q8_RDECODE): more
+ * weight rows saved nothing measurable (an activation block is a memory
+ * operand of maddubs / dpbusd either way) and, with one activation row,
+ * interleaved weight rows lost the hardware prefetch (doc/cpu.md).
+ *
+ * The per-block float factors are made once per weight row and sub-block
+ * for all C activation rows: the transposed scales of the tile's
+ * activation rows (q8_col: d and s of C rows side by side, built once per
+ * tile of activation rows) are multiplied by the weight block's dw in one
+ * vector, and its s terms (cw * s, Q4_1's minimum, the Q4_0 / Q5_0
+ * offsets, Q4_K's minima) are added in one vector FMA; per output element
+ * and sub-block the work is the integer dot, a convert and one FMA.
+ *
+ * Reduction order, per output element (the plain C twin in dot_q8_scalar.c
+ * does exactly these operations, so the twins agree bit for bit), with
+ * K = the sub-block's parity (two chains, so a single row is not bound by
+ * the FMA latency):
+ *     acc_K[8 lanes] = fma(float(int dot of lane k's 4 codes * mul), dw * d_x, acc_K)
+ *     corr_K         = fma(cw, s_x, corr_K)
+ * sub-block after sub-block in column order, then with a = acc_0 + acc_1
+ * lane by lane
+ *     y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + (corr_0 + corr_1).
+ * Nothing in it depends on R, C, the position in the tile, n, the pass
+ * over the columns or the thread, so a decode step and a prompt row give
+ * the same bits.
+ *
+ * Every function here is compiled for AVX2/FMA/F16C (the *_avx512 ones
+ * for AVX512F/VL/VNNI as well) and named accordingly (the ISA rule of
+ * dot_kernels.h); they run only after fast_cpu_avx2_ok() /
+ * fast_cpu_vnni_ok(). */
+#include <math.h>
+
+#include "kernels/cpu/act_q8.h"
+#include "model/quant.h"
+
+#if defined(__x86_64__)
+#include "kernels/cpu/dot_q8_avx2.h"
+
+#ifndef Q8_CMAX
+#define Q8_CMAX 8     /* activation rows per tile: 8, 4, 2 or 1 */
+#endif
+#ifndef Q8_RPROMPT
+#define Q8_RPROMPT 1  /* weight rows per tile with several activation rows */
+#endif
+#ifndef Q8_RDECODE
+#define Q8_RDECODE 1  /* weight rows per tile with one */
+#endif
+#define Q8_RMAX (Q8_RPROMPT > Q8_RDECODE ? Q8_RPROMPT : Q8_RDECODE)
+/* Sub-blocks whose transposed activation scales sit on the stack (16 KiB,
+ * 8192 columns); longer rows are done in passes of this many (a multiple
+ * of 8, so 256-weight super-blocks never straddle two passes). */
+#define Q8_CHUNK 256
+
+/* Sub-block s of the tile's activation rows: d and s of row t in lane t
+ * (lanes past the tile's rows are 0). */
+typedef struct q8_col {
+    float d[8], s[8];
+} q8_col;
+
+/* A tile's accumulators between passes. */
+typedef struct q8_acc {
+    __m256 a[2][Q8_RMAX][8];
+    __m256 c[2][Q8_RMAX];
+    float c1[2][Q8_RMAX]; /* the s terms with one activation row */
+} q8_acc;
+
+AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, int64_t s0,
+                                   int64_t s1, q8_col *xc)
+{
+    for (int64_t s = s0; s < s1; s++) {
+        q8_col *c = xc + (s - s0);
+        for (int t = 0; t < 8; t++) {
+            c->d[t] = t < nt ? x[t * nsub + s].d : 0.0f;
+            c->s[t] = t < nt ? x[t * nsub + s].s : 0.0f;
+        }
+    }
+}
+
+/* The factors of a sub-block for weight row r: fb[r][t] = dw * d_x[t] and
+ * corr[r] += cw * s_x (lane t: activation row t); with one activation row
+ * in scalars, the same products and the same fused multiply-add. */
+#define Q8T_FACTORS(C, r, DW, CW, S, K)                                                     \
+    if (C == 1) {                                                                           \
+        fs[r] = (DW) * x[S].d;                                                              \
+        corr1[K][r] = fmaf(CW, x[S].s, corr1[K][r]);                                        \
+    } else {                                                                                \
+        const q8_col *cs = xc + ((S) - s0);                                                 \
+        _mm256_storeu_ps(fb[r], _mm256_mul_ps(_mm256_set1_ps(DW), _mm256_loadu_ps(cs->d))); \
+        corr[K][r] = _mm256_fmadd_ps(_mm256_set1_ps(CW), _mm256_loadu_ps(cs->s), corr[K][r]); \
+    }
+
+/* The dots of sub-block S: every activation row of the tile against every
+ * decoded weight row (wv codes, wa their magnitudes, mul the multipliers). */
+#define Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                                       \
+    _Pragma("GCC unroll 8") for (int t = 0; t < C; t++) {                                   \
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)x[t * nsub + (S)].q);        \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            const __m256i xr = SIGNED ? _mm256_sign_epi8(xv, wv[r]) : xv;                   \
+            const __m256i p = Q8_IDOT_##ISA(wa[r], xr, mul[r], MULQ);                       \
+            const __m256 f = C == 1 ? _mm256_set1_ps(fs[r]) : _mm256_broadcast_ss(&fb[r][t]); \
+            acc[K][r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[K][r][t]);         \
+        }                                                                                   \
+    }
+
+/* The accumulators start at 0 on the first pass, else where the last
+ * pass left them in st. */
+#define Q8T_LOAD(R, C)                                                                      \
+    __m256 acc[2][R][C], corr[2][R];                                                        \
+    float corr1[2][R];                                                                      \
+    _Pragma("GCC unroll 2") for (int k = 0; k < 2; k++)                                     \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                   \
+        corr[k][r] = s0 ? st->c[k][r] : _mm256_setzero_ps();                                \
+        corr1[k][r] = s0 ? st->c1[k][r] : 0.0f;                                             \
+        _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                                 \
+            acc[k][r][t] = s0 ? st->a[k][r][t] : _mm256_setzero_ps();                       \
+    }
+
+/* After the last pass the results, else the accumulators into st:
+ *     y = hsum(acc even + acc odd) + (corr even + corr odd) */
+#define Q8T_STORE(R, C)                                                                     \
+    if (s1 == nsub) {                                                                       \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            float c[8];                                                                     \
+            _mm256_storeu_ps(c, _mm256_add_ps(corr[0][r], corr[1][r]));                     \
+            if (C == 1)                                                                     \
+                c[0] = corr1[0][r] + corr1[1][r];                                           \
+            _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                             \
+                y[t * ystride + r] = hsum_avx2(_mm256_add_ps(acc[0][r][t], acc[1][r][t])) + c[t]; \
+        }                                                                                   \
+    } else {                                                                                \
+        _Pragma("GCC unroll 2") for (int k = 0; k < 2; k++)                                 \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            st->c[k][r] = corr[k][r];                                                       \
+            st->c1[k][r] = corr1[k][r];                                                     \
+            _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                             \
+                st->a[k][r][t] = acc[k][r][t];                                              \
+        }                                                                                   \
+    }
+
+/* One pass of an R x C tile (function q8t_NAME_TAG_C) over sub-blocks
+ * s0..s1 of the 32-weight types; xc holds the activation scales of s0.. */
+#define DEFINE_Q8T(NAME, SIGNED, MULQ, ISA, TAG, R, C)                                      \
+    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+                                                     int64_t s1, int64_t nsub,              \
+                                                     const act_q8 *x, const q8_col *xc,     \
+                                                     q8_acc *st, float *y, int64_t ystride) \
+    {                                                                                       \
+        Q8T_LOAD(R, C)                                                                      \
+        int64_t s = s0;                                                                     \
+        for (; s + 1 < s1; s += 2) {                                                        \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s + 1, 1)                              \
+        }                                                                                   \
+        if (s < s1) {                                                                       \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
+        }                                                                                   \
+        Q8T_STORE(R, C)                                                                     \
+    }
+
+/* Sub-block S (of parity K) of a 32-weight type. */
+#define Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, S, K)                                               \
+    {                                                                                       \
+        __m256i wv[R], wa[R], mul[R];                                                       \
+        float fb[R][8], fs[R];                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            float dw, cw;                                                                   \
+            dq8_##NAME##_avx2(w + r * rb, S, &wv[r], &mul[r], &dw, &cw);                    \
+            wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                        \
+            Q8T_FACTORS(C, r, dw, cw, S, K)                                                 \
+        }                                                                                   \
+        Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                             \
+    }
+
+/* The same for the 256-weight types: each row's super-block scales are
+ * unpacked once (prep), then its 8 sub-blocks decoded with ib a constant. */
+#define DEFINE_Q8T_SB(NAME, BYTES, SIGNED, MULQ, ISA, TAG, R, C)                            \
+    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+                                                     int64_t s1, int64_t nsub,              \
+                                                     const act_q8 *x, const q8_col *xc,     \
+                                                     q8_acc *st, float *y, int64_t ystride) \
+    {                                                                                       \
+        Q8T_LOAD(R, C)                                                                      \
+        for (int64_t sb = s0 / 8; sb < s1 / 8; sb++) {                                      \
+            q8_prep pp[R];                                                                  \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                             \
+                prep_##NAME##_avx2(w + r * rb + sb * (BYTES), &pp[r]);                      \
+            _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {                        \
+                const int64_t s = 8 * sb + ib;                                              \
+                __m256i wv[R], wa[R], mul[R];                                               \
+                float fb[R][8], fs[R];                                                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                       \
+                    wv[r] = sub_##NAME##_avx2(w + r * rb + sb * (BYTES), ib);               \
+                    wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                \
+                    mul[r] = pp[r].mul[ib];                                                 \
+                    Q8T_FACTORS(C, r, pp[r].dw[ib], pp[r].cw[ib], s, ib & 1)                \
+                }                                                                           \
+                Q8T_DOTS(SIGNED, MULQ, ISA, R, C, s, ib & 1)                                \
+            }                                                                               \
+        }                                                                                   \
+        Q8T_STORE(R, C)                                                                     \
+    }
+
+/* The tiles a rows kernel uses: "full" ones (Q8_RDECODE x 1, Q8_RPROMPT x
+ * C) and one weight row by C for the rows left over. */
+#define DEFINE_Q8T_SET(DEF, ...)                                                            \
+    Q8T_DEF(DEF, full, Q8_RDECODE, 1, __VA_ARGS__)                                          \
+    Q8T_DEF(DEF, full, Q8_RPROMPT, 2, __VA_ARGS__)                                          \
+    Q8T_DEF(DEF, full, Q8_RPROMPT, 4, __VA_ARGS__)                                          \
+    Q8T_DEF(DEF, full, Q8_RPROMPT, 8, __VA_ARGS__)                                          \
+    Q8T_DEF(DEF, one, 1, 1, __VA_ARGS__)                                                    \
+    Q8T_DEF(DEF, one, 1, 2, __VA_ARGS__)                                                    \
+    Q8T_DEF(DEF, one, 1, 4, __VA_ARGS__)                                                    \
+    Q8T_DEF(DEF, one, 1, 8, __VA_ARGS__)
+/* (R passes through one macro more so that Q8_RDECODE and Q8_RPROMPT are
+ * numbers when the body uses them) */
+#define Q8T_DEF(DEF, TAG, R, C, ...) DEF(__VA_ARGS__, TAG, R, C)
+
+#define Q8T_CALL(NAME, ISA, TAG, C)                                                         \
+    q8t_##NAME##_##TAG##_##C##_##ISA(wr, rb, s0, s1, nsub, xt, xc, &st, yt + r0, ystride)
+
+/* Activation rows in tiles of 8, 4, 2, 1 (at most Q8_CMAX), the weight
+ * rows in tiles of R within each, the columns in passes of Q8_CHUNK
+ * sub-blocks. */
+#define DEFINE_Q8_ROWS_LOOP(NAME, ISA)                                                      \
+    Q8_FN_##ISA void q8rows_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,      \
+                                             int64_t cols, const act_q8 *x, int64_t n,      \
+                                             float *y, int64_t ystride)                     \
+    {                                                                                       \
+        const int64_t nsub = cols / 32;                                                     \
+        const int one_pass = nsub <= Q8_CHUNK;                                              \
+        q8_col xc[Q8_CHUNK];                                                                \
+        q8_acc st;                                                                          \
+        memset(&st, 0, sizeof st); /* read only after a pass wrote it */                    \
+        for (int64_t i0 = 0, nt; i0 < n; i0 += nt) {                                        \
+            const int64_t left = n - i0;                                                    \
+            nt = left >= 8 && Q8_CMAX >= 8 ? 8 : left >= 4 && Q8_CMAX >= 4 ? 4             \
+                 : left >= 2 ? 2 : 1;                                                       \
+            const act_q8 *xt = x + i0 * nsub;                                               \
+            float *yt = y + i0 * ystride;                                                   \
+            if (one_pass && nt > 1)                                                         \
+                q8_cols_fill_avx2(xt, nsub, nt, 0, nsub, xc);                               \
+            const int64_t R = nt == 1 ? Q8_RDECODE : Q8_RPROMPT;                            \
+            for (int64_t r0 = 0; r0 < nrows;) {                                             \
+                const int64_t nr = nrows - r0 >= R ? R : 1;                                 \
+                const uint8_t *wr = w + r0 * rb;                                            \
+                for (int64_t s0 = 0; s0 < nsub; s0 += Q8_CHUNK) {                           \
+                    const int64_t s1 = nsub - s0 < Q8_CHUNK ? nsub : s0 + Q8_CHUNK;         \
+                    if (!one_pass && nt > 1)                                                \
+                        q8_cols_fill_avx2(xt, nsub, nt, s0, s1, xc);                        \
+                    if (nr == R) {                                                          \
+                        switch (nt) {                                                       \
+                        case 8: Q8T_CALL(NAME, ISA, full, 8); break;                             \
+                        case 4: Q8T_CALL(NAME, ISA, full, 4); break;                             \
+                        case 2: Q8T_CALL(NAME, ISA, full, 2); break;                             \
+                        default: Q8T_CALL(NAME, ISA, full, 1); break;                            \
+                        }                                                                   \
+                    } else {                                                                \
+                        switch (nt) {                                                       \
+                        case 8: Q8T_CALL(NAME, ISA, one, 8); break;                              \
+                        case 4: Q8T_CALL(NAME, ISA, one, 4); break;                              \
+                        case 2: Q8T_CALL(NAME, ISA, one, 2); break;                              \
+                        default: Q8T_CALL(NAME, ISA, one, 1); break;                             \
+                        }                                                                   \
+                    }                                                                       \
+                }                                                                           \
+                r0 += nr;                                                                   \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+#define DEFINE_Q8_ROWS(NAME, SIGNED, ISA)                                                   \
+    DEFINE_Q8T_SET(DEFINE_Q8T, NAME, SIGNED, 0, ISA)                                        \
+    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+
+#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED, MULQ, ISA)                                   \
+    DEFINE_Q8T_SET(DEFINE_Q8T_SB, NAME, BYTES, SIGNED, MULQ, ISA)                           \
+    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+
+/* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
+ * times the multiplier of their half of 16 when the type has one, MULQ):
+ * AVX2 sums pairs into int16 (maddubs; no pair can saturate, see
+ * dot_q8_avx2.h) and widens with madd; AVX512-VNNI sums the four products
+ * straight into int32 (dpbusd) and multiplies the multiplier in apart.
+ * The same integers either way, so the two give the same bits. */
+#define Q8_IDOT_avx2(WA, XR, MUL, MULQ) _mm256_madd_epi16(_mm256_maddubs_epi16(WA, XR), MUL)
+#define Q8_IDOT_avx512(WA, XR, MUL, MULQ)                                                   \
+    (MULQ ? _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR),         \
+                               _mm256_madd_epi16(MUL, _mm256_set1_epi32(1)))                \
+          : _mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR))
+
+#define Q8_INLINE_avx2 AVX2_INLINE
+#define Q8_FN_avx2 AVX2_FN static
+#define Q8_TARGET_avx512 "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+#define Q8_INLINE_avx512 static inline __attribute__((always_inline, target(Q8_TARGET_avx512)))
+#define Q8_FN_avx512 __attribute__((target(Q8_TARGET_avx512))) static
+
+#define DEFINE_Q8_ALL(ISA)                                                                  \
+    DEFINE_Q8_ROWS(q4_0, 0, ISA)                                                            \
+    DEFINE_Q8_ROWS(q4_1, 0, ISA)                                                            \
+    DEFINE_Q8_ROWS(q5_0, 0, ISA)                                                            \
+    DEFINE_Q8_ROWS(q8_0, 1, ISA)                                                            \
+    DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0, 0, ISA)                                  \
+    DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1, 1, ISA)
+
+DEFINE_Q8_ALL(avx2)
+DEFINE_Q8_ALL(avx512)
+
+int fast_cpu_vnni_ok(void)
+{
+    __builtin_cpu_init();
+    return fast_cpu_avx2_ok() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+q8_rows_fn q8_rows_avx512(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q8rows_q4_0_avx512;
+    case GGML_TYPE_Q4_1: return q8rows_q4_1_avx512;
+    case GGML_TYPE_Q5_0: return q8rows_q5_0_avx512;
+    case GGML_TYPE_Q8_0: return q8rows_q8_0_avx512;
+    case GGML_TYPE_Q4_K: return q8rows_q4_k_avx512;
+    case GGML_TYPE_Q6_K: return q8rows_q6_k_avx512;
+    default: return NULL;
+    }
+}
+
+q8_rows_fn q8_rows_avx2(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q8rows_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return q8rows_q4_1_avx2;
+    case GGML_TYPE_Q5_0: return q8rows_q5_0_avx2;
+    case GGML_TYPE_Q8_0: return q8rows_q8_0_avx2;
+    case GGML_TYPE_Q4_K: return q8rows_q4_k_avx2;
+    case GGML_TYPE_Q6_K: return q8rows_q6_k_avx2;
+    default: return NULL;
+    }
+}
+
+#else /* not x86-64 */
+
+q8_rows_fn q8_rows_avx2(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+q8_rows_fn q8_rows_avx512(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+int fast_cpu_vnni_ok(void) { return 0; }
+
+#endif
