@@ -510,18 +510,134 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(cons
     const uint2 u = make_uint2((w.x >> (2 * j)) & 0x03030303u, (w.y >> (2 * j)) & 0x03030303u);
     return codes_h2(u, h2of(dl), h2of(-ml));
 }
+/* ---- a lane's share of a row chunk, for a whole tile ----------------------
+ * The matrix kernels decode elements 32 ch + 8 t .. + 7 of a row chunk for
+ * ch = 0..7 with t = lane & 3 fixed.  For most types those eight calls read
+ * the same bytes again (Q3_K: the same 8 hmask bytes, two qs words, and
+ * eight sub-block scales out of the same 12 bytes), so Row<TYPE>::load
+ * reads them once per tile into registers, computes the eight sub-block
+ * scales together (byte-parallel, four half2 at a time) and dec(ch), with
+ * ch a constant after unrolling, does only the per-value work.  Types
+ * without a Row of their own (whole = false) call dec8h per chunk.  dec8h
+ * of the types that have one is load + dec, so make blocks-check tests
+ * the same code on the host. */
+template <int TYPE> struct Row {
+    static constexpr bool whole = false;
+    const uint8_t *c;
+    int t;
+    __host__ __device__ __forceinline__ void load(const uint8_t *p, int lane_t)
+    {
+        c = p;
+        t = lane_t;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const { return dec8h<TYPE>(c, 32 * ch + 8 * t); }
+};
+/* A row chunk (2-byte aligned) read as aligned words: word(off) is the 4
+ * bytes at c + off, off a multiple of 4, as one aligned load (or two) and a
+ * funnel shift by the chunk's misalignment, computed once per chunk: on the
+ * card three loads and two shifts for 8 bytes instead of four 2-byte loads
+ * and two merges.  Reads up to 4 bytes past the last byte asked for: the
+ * callers stay 12 bytes before the end of a chunk. */
+struct Al {
+    const uint32_t *q; /* c rounded down to 4 bytes */
+    uint32_t sh;       /* 0 or 16: the misalignment in bits */
+};
+__host__ __device__ __forceinline__ Al al(const uint8_t *c)
+{
+    const uint32_t a = (uint32_t)(uintptr_t)c & 2u;
+    return Al{(const uint32_t *)(c - a), 8 * a};
+}
+__host__ __device__ __forceinline__ uint32_t fshr(uint32_t lo, uint32_t hi, uint32_t sh)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> sh);
+#endif
+}
+__host__ __device__ __forceinline__ uint2 ld8al(Al A, int off)
+{
+    const uint32_t w0 = A.q[off / 4], w1 = A.q[off / 4 + 1], w2 = A.q[off / 4 + 2];
+    return make_uint2(fshr(w0, w1, A.sh), fshr(w1, w2, A.sh));
+}
+/* half2 of two 16-bit halves of a word: low (ch even) or high, in both */
+__host__ __device__ __forceinline__ __half2 pick_h2(uint32_t w, int hi)
+{
+    const __half2 h = bits2h2(w);
+    return hi ? __high2half2(h) : __low2half2(h);
+}
+/* codes (bytes of u, < 1024) minus k, times sc: the pair arithmetic of
+ * codes_h2 with the offset folded into the subtraction ((1024 + q) - k is
+ * exact), so the scale is the only per-sub-block operand */
+__host__ __device__ __forceinline__ uint4 codes_off_h2(uint2 u, __half2 k, __half2 sc)
+{
+    const uint32_t w[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
+                           bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
+    uint32_t r[4];
+WB_UNROLL
+    for (int i = 0; i < 4; i++)
+        r[i] = h2bits(__hmul2(__hsub2(bits2h2(w[i]), k), sc));
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+/* four byte codes (each < 1024) as two half2 of code - k, times d:
+ * scales of four sub-blocks at once */
+__host__ __device__ __forceinline__ uint2 scales4_h2(uint32_t codes, __half2 k, __half2 d)
+{
+    return make_uint2(h2bits(__hmul2(__hsub2(bits2h2(bperm(codes, 0x64646464u, 0x4140)), k), d)),
+                      h2bits(__hmul2(__hsub2(bits2h2(bperm(codes, 0x64646464u, 0x4342)), k), d)));
+}
+
+/* Q3_K: chunk ch is sub-block s = 2 ch + (t >> 1), bit pair ch & 3 of qs
+ * word ch >> 2, bit ch of the hmask bytes.  The 6-bit scale of s: low
+ * nibble of sc[s] (s < 8) or high nibble of sc[s - 8], high pair (ch >> 1)
+ * of sc[8 + 2 (ch & 1) + (t >> 1)]; dl = d * (scale - 32) is the float
+ * path's value rounded once (the product of an fp16 and a 6-bit integer is
+ * exact in float, and hmul2 rounds it once). */
+template <> struct Row<GGML_TYPE_Q3_K> {
+    static constexpr bool whole = true;
+    uint2 hm, q0, q1;
+    uint32_t dl[4]; /* half2: scales of chunks 2i, 2i + 1 */
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+        const uint32_t p = (uint32_t)t >> 1;
+        const Al A = al(b);
+        hm = ld8al(A, 8 * t);
+        q0 = ld8al(A, 32 + 8 * t);
+        q1 = ld8al(A, 64 + 8 * t);
+        /* sc = b + 96 .. 107; the fourth word only where the chunk is
+         * misaligned (it ends 2 bytes before the chunk does), else word 2 again */
+        const uint32_t x0 = A.q[24], x1 = A.q[25], x2 = A.q[26], x3 = A.q[26 + A.sh / 16];
+        const uint32_t w0 = fshr(x0, x1, A.sh), w1 = fshr(x1, x2, A.sh), w2 = fshr(x2, x3, A.sh);
+        /* bytes sc[p], sc[p + 2], sc[p + 4], sc[p + 6]: low nibbles chunks
+         * 0..3, high nibbles 4..7 */
+        const uint32_t L = bperm(w0, w1, p ? 0x7531u : 0x6420u);
+        /* bytes sc[8 + p], sc[10 + p], twice: high pairs of chunks (0, 1), then (2, 3) two bits up */
+        const uint32_t H = bperm(w2, 0u, p ? 0x3131u : 0x2020u);
+        const uint32_t h03 = ((H & 0xffffu) | ((H >> 2) & 0xffff0000u)) & 0x03030303u;
+        const uint32_t h47 = (((H >> 4) & 0xffffu) | ((H >> 6) & 0xffff0000u)) & 0x03030303u;
+        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(b + 108))), k = h2of(1056.f);
+        const uint2 s03 = scales4_h2((L & 0x0f0f0f0fu) | h03 << 4, k, d);
+        const uint2 s47 = scales4_h2(((L >> 4) & 0x0f0f0f0fu) | h47 << 4, k, d);
+        dl[0] = s03.x;
+        dl[1] = s03.y;
+        dl[2] = s47.x;
+        dl[3] = s47.y;
+    }
+    /* code = low pair + 4 * high bit, value dl * (code - 4) */
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint2 w = ch < 4 ? q0 : q1;
+        const int j = 2 * (ch & 3);
+        const uint2 u = make_uint2(((w.x >> j) & 0x03030303u) | (((hm.x >> ch) & 0x01010101u) << 2),
+                                   ((w.y >> j) & 0x03030303u) | (((hm.y >> ch) & 0x01010101u) << 2));
+        return codes_off_h2(u, h2of(1028.f), pick_h2(dl[ch >> 1], ch & 1));
+    }
+};
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
 {
-    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4, hs = e0 >> 5;
-    const uint8_t *sc = b + 96;
-    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
-    const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
-    const __half2 dl = h2of(fmul(h2f(b + 108), i2f(lo + 16 * hi - 32)));
-    const uint2 w = ld8b<2>(b + 32 + 32 * h + l), hm = ld8b<2>(b + l);
-    /* code = low pair + 4 * high bit, value dl * (code - 4) */
-    const uint2 u = make_uint2(((w.x >> (2 * j)) & 0x03030303u) | (((hm.x >> hs) & 0x01010101u) << 2),
-                               ((w.y >> (2 * j)) & 0x03030303u) | (((hm.y >> hs) & 0x01010101u) << 2));
-    return codes_h2(u, dl, __hmul2(dl, h2of(-4.f)));
+    Row<GGML_TYPE_Q3_K> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
 }
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
 {
