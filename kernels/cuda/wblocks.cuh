@@ -732,23 +732,151 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XS>(co
     const uint32_t q = u16(b + 2 + 2 * g);
     return mags_h2(u64_2(WB_TAB(iq2xs_grid)[q & 511]), sign_bytes8(sign7(q >> 9)), h2of(db));
 }
+/* The IQ grids' magnitudes as fp16 (exact: small integers), for Row: a
+ * lookup then gives the half2 pairs directly, where mags_h2 spends a byte
+ * permute and a subtraction per pair.  Built at compile time from the same
+ * .inc tables; 4 KiB (IQ3_S, 4 halves an entry) and 16 KiB (IQ2_S, 8). */
+__host__ __device__ constexpr uint32_t hbits(uint32_t m) /* fp16 bits of m, 1 <= m < 2048 */
+{
+    int e = 0;
+    while (m >> (e + 1))
+        e++;
+    return (uint32_t)(15 + e) << 10 | ((m << (10 - e)) & 0x3ffu);
+}
+template <int N, int W> struct HTab {
+    alignas(16) uint32_t v[N * W / 2]; /* entry i: halves W i .. W i + W - 1, two a word */
+};
+static constexpr uint32_t k_iq3s_grid[512] = {
+#include "model/iq3s_grid.inc"
+};
+static constexpr uint64_t k_iq2s_grid[1024] = {
+#include "model/iq2s_grid.inc"
+};
+template <int N, int W, typename G> constexpr HTab<N, W> htab(const G (&g)[N])
+{
+    HTab<N, W> t{};
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < W / 2; k++)
+            t.v[W / 2 * i + k] = hbits((uint32_t)(g[i] >> (16 * k)) & 0xffu) |
+                                 hbits((uint32_t)(g[i] >> (16 * k + 8)) & 0xffu) << 16;
+    return t;
+}
+static constexpr HTab<512, 4> iq3s_h = htab<512, 4>(k_iq3s_grid);
+static constexpr HTab<1024, 8> iq2s_h = htab<1024, 8>(k_iq2s_grid);
+static __device__ const HTab<512, 4> d_iq3s_h = htab<512, 4>(k_iq3s_grid);
+static __device__ const HTab<1024, 8> d_iq2s_h = htab<1024, 8>(k_iq2s_grid);
+
+/* fp16 pair k (elements 2k, 2k + 1) of a group of eight with signs s8 (bit
+ * i: element i negative): the two sign bits under bits 15 and 31 by one
+ * multiply (bit 2k -> 15, 2k + 1 -> 31; no other bit reaches those), one
+ * XOR, one multiply by the scale */
+__host__ __device__ __forceinline__ uint32_t signed_h2(uint32_t mags, uint32_t s8, int k, __half2 sc)
+{
+    const uint32_t m = (s8 * (0x40008000u >> (2 * k))) & 0x80008000u;
+    return h2bits(__hmul2(bits2h2(mags ^ m), sc));
+}
+/* Eight bytes at c + off for any even off (off + 12 within the chunk) */
+__host__ __device__ __forceinline__ uint2 ld8at(Al A, int off)
+{
+    const int pos = off + (int)(A.sh / 8);
+    const uint32_t s = (uint32_t)(pos & 2) * 8;
+    const uint32_t w0 = A.q[pos / 4], w1 = A.q[pos / 4 + 1], w2 = A.q[pos / 4 + 2];
+    return make_uint2(fshr(w0, w1, s), fshr(w1, w2, s));
+}
+
+/* IQ3_S: chunk ch is sub-block ch (scale nibble ch & 1 of byte 106 + ch / 2,
+ * db = d * (1 + 2 ls)), its 4-groups 2t and 2t + 1: index bytes qs[8 ch +
+ * 2t], qs[8 ch + 2t + 1], ninth bits 2t, 2t + 1 of qh[ch], signs byte
+ * 4 ch + t.  load computes the eight db (hmul2 rounds d * (1 + 2 ls)
+ * once, as the float path) and the ninth bits as bytes; dec looks up two
+ * fp16 entries. */
+template <> struct Row<GGML_TYPE_IQ3_S> {
+    static constexpr bool whole = true;
+    const uint8_t *b;
+    int t;
+    uint2 h0, h1; /* byte c of word w: ninth bit of group 2t (h0) / 2t + 1 (h1) of chunk 4w + c */
+    uint32_t db[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
+    {
+        b = c;
+        t = lane_t;
+        const uint2 qh = ld8at(al(c), 66);
+        h0 = make_uint2((qh.x >> (2 * t)) & 0x01010101u, (qh.y >> (2 * t)) & 0x01010101u);
+        h1 = make_uint2((qh.x >> (2 * t + 1)) & 0x01010101u, (qh.y >> (2 * t + 1)) & 0x01010101u);
+        const uint32_t S = u32(c + 106);
+        const uint32_t ev = ((S & 0x0f0f0f0fu) << 1) | 0x01010101u, od = ((S >> 3) & 0x1e1e1e1eu) | 0x01010101u;
+        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(c))), k = h2of(1024.f);
+        const uint2 s03 = scales4_h2(bperm(ev, od, 0x5140u), k, d), s47 = scales4_h2(bperm(ev, od, 0x7362u), k, d);
+        db[0] = s03.x;
+        db[1] = s03.y;
+        db[2] = s47.x;
+        db[3] = s47.y;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        /* index = qs byte | ninth bit << 8: one byte permute (bytes 2, 3 of q are 0) */
+        const uint32_t q = u16(b + 2 + 8 * ch + 2 * t), s8 = b[74 + 4 * ch + t];
+        const uint32_t sel = 0x2200u | (uint32_t)(4 + (ch & 3)) << 4;
+        const uint32_t i0 = bperm(q, ch < 4 ? h0.x : h0.y, sel), i1 = bperm(q, ch < 4 ? h1.x : h1.y, sel | 1u);
+        const uint2 *tab = (const uint2 *)WB_TAB(iq3s_h).v;
+        const uint2 g0 = tab[i0], g1 = tab[i1];
+        const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
+        return make_uint4(signed_h2(g0.x, s8, 0, sc), signed_h2(g0.y, s8, 1, sc), signed_h2(g1.x, s8, 2, sc),
+                          signed_h2(g1.y, s8, 3, sc));
+    }
+};
+/* IQ2_S: chunk ch is sub-block ch, scale nibble t >> 1 of byte 74 + ch
+ * (db = d * (0.5 + ls) / 4 = d * ((2 ls + 1) / 8): hmul2 of d and the exact
+ * fp16 (2 ls + 1) / 8 rounds once, as the float path); group 4 ch + t:
+ * index byte qs[4 ch + t] with bits 2t, 2t + 1 of qh[ch] above it, signs
+ * byte 32 + 4 ch + t; one 16-byte fp16 entry. */
+template <> struct Row<GGML_TYPE_IQ2_S> {
+    static constexpr bool whole = true;
+    const uint8_t *b;
+    int t;
+    uint2 hi;     /* byte c of word w: index bits 8, 9 of chunk 4w + c */
+    uint32_t db[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
+    {
+        b = c;
+        t = lane_t;
+        const uint2 qh = ld8at(al(c), 66), S = ld8b<2>(c + 74);
+        hi = make_uint2((qh.x >> (2 * t)) & 0x03030303u, (qh.y >> (2 * t)) & 0x03030303u);
+        const int n = 4 * (t >> 1);
+        const uint32_t v03 = (((S.x >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
+        const uint32_t v47 = (((S.y >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
+        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(c)));
+        db[0] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4140)), d));
+        db[1] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4342)), d));
+        db[2] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4140)), d));
+        db[3] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4342)), d));
+    }
+    /* (1024 + v) / 8 - 128 = v / 8, exact */
+    __host__ __device__ __forceinline__ static __half2 eighth_h2(uint32_t w)
+    {
+        return hfma2(bits2h2(w), h2of(0.125f), h2of(-128.f));
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint32_t q = b[2 + 4 * ch + t], s8 = b[34 + 4 * ch + t];
+        const uint32_t i = bperm(q, ch < 4 ? hi.x : hi.y, 0x1100u | (uint32_t)(4 + (ch & 3)) << 4);
+        const uint4 g = ((const uint4 *)WB_TAB(iq2s_h).v)[i];
+        const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
+        return make_uint4(signed_h2(g.x, s8, 0, sc), signed_h2(g.y, s8, 1, sc), signed_h2(g.z, s8, 2, sc),
+                          signed_h2(g.w, s8, 3, sc));
+    }
+};
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_S>(const uint8_t *b, int e0)
 {
-    const int g = e0 >> 3, ib = g >> 2, l = g & 3;
-    const int ls = (b[74 + ib] >> (l < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
-    const int idx = b[2 + g] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
-    return mags_h2(u64_2(WB_TAB(iq2s_grid)[idx]), sign_bytes8(b[34 + g]), h2of(db));
+    Row<GGML_TYPE_IQ2_S> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
 }
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ3_S>(const uint8_t *b, int e0)
 {
-    const int ib = e0 >> 5, G = e0 >> 2, k = G & 7;
-    const int ls = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
-    const float db = fmul(h2f(b), i2f(1 + 2 * ls));
-    const uint32_t qh = b[66 + ib];
-    const uint32_t g0 = WB_TAB(iq3s_grid)[b[2 + G] | ((qh >> k) & 1) << 8];
-    const uint32_t g1 = WB_TAB(iq3s_grid)[b[3 + G] | ((qh >> (k + 1)) & 1) << 8];
-    return mags_h2(make_uint2(g0, g1), sign_bytes8(b[74 + (e0 >> 3)]), h2of(db));
+    Row<GGML_TYPE_IQ3_S> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
 }
 /* IQ4 levels + 128 (1..241) of four nibbles (bytes of nb): two byte
  * permutes of the level table's halves, picked per byte by the nibble's
