@@ -623,14 +623,29 @@ template <> struct Row<GGML_TYPE_Q3_K> {
         dl[2] = s47.x;
         dl[3] = s47.y;
     }
-    /* code = low pair + 4 * high bit, value dl * (code - 4) */
+    /* code = low pair + 4 * high bit, value dl * (code - 4).  The code is
+     * assembled at bits P..P + 2 of each byte, P chosen per chunk so that
+     * the hmask bit (bit ch) or the pair (bits 2 (ch & 3)) is already in
+     * place: one shift a word instead of two.  (1024 + code 2^P) 2^-P -
+     * (1024 2^-P + 4) = code - 4 is exact in one hfma2. */
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
     {
         const uint2 w = ch < 4 ? q0 : q1;
-        const int j = 2 * (ch & 3);
-        const uint2 u = make_uint2(((w.x >> j) & 0x03030303u) | (((hm.x >> ch) & 0x01010101u) << 2),
-                                   ((w.y >> j) & 0x03030303u) | (((hm.y >> ch) & 0x01010101u) << 2));
-        return codes_off_h2(u, h2of(1028.f), pick_h2(dl[ch >> 1], ch & 1));
+        const int P = ch == 0 ? 0 : ch == 1 ? 2 : ch - 2, sq = 2 * (ch & 3) - P, sh = ch - 2 - P;
+        const uint32_t mq = 0x03030303u << P, mh = 0x04040404u << P;
+        const uint2 qs = sq >= 0 ? make_uint2(w.x >> sq, w.y >> sq) : make_uint2(w.x << -sq, w.y << -sq);
+        const uint2 hb = sh >= 0 ? make_uint2(hm.x >> sh, hm.y >> sh) : make_uint2(hm.x << -sh, hm.y << -sh);
+        const uint2 u = make_uint2((qs.x & mq) | (hb.x & mh), (qs.y & mq) | (hb.y & mh));
+        const __half2 sc = pick_h2(dl[ch >> 1], ch & 1);
+        const float f = (float)(1 << P);
+        const __half2 m = h2of(1.f / f), k = h2of(-(1024.f / f + 4.f));
+        const uint32_t v[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
+                               bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
+        uint32_t r[4];
+WB_UNROLL
+        for (int i = 0; i < 4; i++)
+            r[i] = h2bits(__hmul2(P ? hfma2(bits2h2(v[i]), m, k) : __hadd2(bits2h2(v[i]), k), sc));
+        return make_uint4(r[0], r[1], r[2], r[3]);
     }
 };
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
