@@ -731,26 +731,11 @@ __host__ __device__ __forceinline__ uint2 sign_bytes8(uint32_t s8)
 }
 __host__ __device__ __forceinline__ uint2 u64_2(uint64_t g) { return make_uint2((uint32_t)g, (uint32_t)(g >> 32)); }
 
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
-{
-    const uint8_t *rec = b + 2 + 8 * (e0 >> 5);
-    const int l = (e0 >> 3) & 3;
-    const uint32_t w = u32(rec + 4);
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f((int)(w >> 28)))), 0.25f);
-    return mags_h2(u64_2(WB_TAB(iq2xxs_grid)[rec[l]]), sign_bytes8(sign7((w >> (7 * l)) & 127)), h2of(db));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XS>(const uint8_t *b, int e0)
-{
-    const int g = e0 >> 3;
-    const int ls = (b[66 + (g >> 2)] >> ((g & 3) < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
-    const uint32_t q = u16(b + 2 + 2 * g);
-    return mags_h2(u64_2(WB_TAB(iq2xs_grid)[q & 511]), sign_bytes8(sign7(q >> 9)), h2of(db));
-}
 /* The IQ grids' magnitudes as fp16 (exact: small integers), for Row: a
  * lookup then gives the half2 pairs directly, where mags_h2 spends a byte
  * permute and a subtraction per pair.  Built at compile time from the same
- * .inc tables; 4 KiB (IQ3_S, 4 halves an entry) and 16 KiB (IQ2_S, 8). */
+ * .inc tables; 4 KiB (IQ3_S, 4 halves an entry), 16 KiB (IQ2_S, 8), 8 KiB
+ * (IQ2_XS) and 4 KiB (IQ2_XXS). */
 __host__ __device__ constexpr uint32_t hbits(uint32_t m) /* fp16 bits of m, 1 <= m < 2048 */
 {
     int e = 0;
@@ -776,10 +761,20 @@ template <int N, int W, typename G> constexpr HTab<N, W> htab(const G (&g)[N])
                                  hbits((uint32_t)(g[i] >> (16 * k + 8)) & 0xffu) << 16;
     return t;
 }
+static constexpr uint64_t k_iq2xxs_grid[256] = {
+#include "model/iq2xxs_grid.inc"
+};
+static constexpr uint64_t k_iq2xs_grid[512] = {
+#include "model/iq2xs_grid.inc"
+};
 static constexpr HTab<512, 4> iq3s_h = htab<512, 4>(k_iq3s_grid);
+static constexpr HTab<256, 8> iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
+static constexpr HTab<512, 8> iq2xs_h = htab<512, 8>(k_iq2xs_grid);
 static constexpr HTab<1024, 8> iq2s_h = htab<1024, 8>(k_iq2s_grid);
 static __device__ const HTab<512, 4> d_iq3s_h = htab<512, 4>(k_iq3s_grid);
 static __device__ const HTab<1024, 8> d_iq2s_h = htab<1024, 8>(k_iq2s_grid);
+static __device__ const HTab<256, 8> d_iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
+static __device__ const HTab<512, 8> d_iq2xs_h = htab<512, 8>(k_iq2xs_grid);
 
 /* fp16 pair k (elements 2k, 2k + 1) of a group of eight with signs s8 (bit
  * i: element i negative): the two sign bits under bits 15 and 31 by one
@@ -789,6 +784,31 @@ __host__ __device__ __forceinline__ uint32_t signed_h2(uint32_t mags, uint32_t s
 {
     const uint32_t m = (s8 * (0x40008000u >> (2 * k))) & 0x80008000u;
     return h2bits(__hmul2(bits2h2(mags ^ m), sc));
+}
+/* (1024 + v) / 8 - 128 = v / 8, exact */
+__host__ __device__ __forceinline__ __half2 eighth_h2(uint32_t w)
+{
+    return hfma2(bits2h2(w), h2of(0.125f), h2of(-128.f));
+}
+/* The 2-bit IQ types' db = d * (0.5 + ls) / 4 = d * ((2 ls + 1) / 8) of
+ * chunks 0..7 (nibble t >> 1 of scale byte ch, bytes of S): hmul2 of d and
+ * the exact fp16 (2 ls + 1) / 8 rounds once, as the float path */
+__host__ __device__ __forceinline__ void iq2_scales(uint2 S, int t, uint32_t dbits, uint32_t (&db)[4])
+{
+    const int n = 4 * (t >> 1);
+    const uint32_t v03 = (((S.x >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
+    const uint32_t v47 = (((S.y >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
+    const __half2 d = __half2half2(__ushort_as_half((unsigned short)dbits));
+    db[0] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4140)), d));
+    db[1] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4342)), d));
+    db[2] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4140)), d));
+    db[3] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4342)), d));
+}
+/* eight signed fp16 values of one IQ2 grid entry g: signs s8, scale sc */
+__host__ __device__ __forceinline__ uint4 iq2_signed8(uint4 g, uint32_t s8, __half2 sc)
+{
+    return make_uint4(signed_h2(g.x, s8, 0, sc), signed_h2(g.y, s8, 1, sc), signed_h2(g.z, s8, 2, sc),
+                      signed_h2(g.w, s8, 3, sc));
 }
 /* Eight bytes at c + off for any even off (off + 12 within the chunk) */
 __host__ __device__ __forceinline__ uint2 ld8at(Al A, int off)
@@ -855,32 +875,70 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     {
         b = c;
         t = lane_t;
-        const uint2 qh = ld8at(al(c), 66), S = ld8b<2>(c + 74);
+        const uint2 qh = ld8at(al(c), 66);
         hi = make_uint2((qh.x >> (2 * t)) & 0x03030303u, (qh.y >> (2 * t)) & 0x03030303u);
-        const int n = 4 * (t >> 1);
-        const uint32_t v03 = (((S.x >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
-        const uint32_t v47 = (((S.y >> n) & 0x0f0f0f0fu) << 1) | 0x01010101u;
-        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(c)));
-        db[0] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4140)), d));
-        db[1] = h2bits(__hmul2(eighth_h2(bperm(v03, 0x64646464u, 0x4342)), d));
-        db[2] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4140)), d));
-        db[3] = h2bits(__hmul2(eighth_h2(bperm(v47, 0x64646464u, 0x4342)), d));
-    }
-    /* (1024 + v) / 8 - 128 = v / 8, exact */
-    __host__ __device__ __forceinline__ static __half2 eighth_h2(uint32_t w)
-    {
-        return hfma2(bits2h2(w), h2of(0.125f), h2of(-128.f));
+        iq2_scales(ld8b<2>(c + 74), t, u16(c), db);
     }
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
     {
         const uint32_t q = b[2 + 4 * ch + t], s8 = b[34 + 4 * ch + t];
         const uint32_t i = bperm(q, ch < 4 ? hi.x : hi.y, 0x1100u | (uint32_t)(4 + (ch & 3)) << 4);
-        const uint4 g = ((const uint4 *)WB_TAB(iq2s_h).v)[i];
-        const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
-        return make_uint4(signed_h2(g.x, s8, 0, sc), signed_h2(g.y, s8, 1, sc), signed_h2(g.z, s8, 2, sc),
-                          signed_h2(g.w, s8, 3, sc));
+        return iq2_signed8(((const uint4 *)WB_TAB(iq2s_h).v)[i], s8, pick_h2(db[ch >> 1], ch & 1));
     }
 };
+/* IQ2_XS: group 4 ch + t is the u16 qs[4 ch + t]: 9-bit index, 7 signs
+ * (the 8th makes their count even); scales as IQ2_S's (bytes 66..73) */
+template <> struct Row<GGML_TYPE_IQ2_XS> {
+    static constexpr bool whole = true;
+    const uint8_t *b;
+    int t;
+    uint32_t db[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
+    {
+        b = c;
+        t = lane_t;
+        iq2_scales(ld8b<2>(c + 66), t, u16(c), db);
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint32_t q = u16(b + 2 + 8 * ch + 2 * t);
+        return iq2_signed8(((const uint4 *)WB_TAB(iq2xs_h).v)[q & 511], sign7(q >> 9), pick_h2(db[ch >> 1], ch & 1));
+    }
+};
+/* IQ2_XXS: chunk ch is the record at 2 + 8 ch: index byte t, then a u32
+ * of four 7-bit sign fields and the scale nibble (bits 28..31), so the
+ * scale is read per chunk with the signs */
+template <> struct Row<GGML_TYPE_IQ2_XXS> {
+    static constexpr bool whole = true;
+    const uint8_t *b;
+    int t;
+    __half2 d;
+    __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
+    {
+        b = c;
+        t = lane_t;
+        d = __half2half2(__ushort_as_half((unsigned short)u16(c)));
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint8_t *rec = b + 2 + 8 * ch;
+        const uint32_t w = u32(rec + 4), v = ((w >> 27) & 0x1eu) | 1u; /* 2 ls + 1 */
+        const __half2 sc = __hmul2(eighth_h2((v | 0x6400u) * 0x00010001u), d);
+        return iq2_signed8(((const uint4 *)WB_TAB(iq2xxs_h).v)[rec[t]], sign7((w >> (7 * t)) & 127), sc);
+    }
+};
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_IQ2_XXS> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XS>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_IQ2_XS> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_S>(const uint8_t *b, int e0)
 {
     Row<GGML_TYPE_IQ2_S> r;
