@@ -502,14 +502,6 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(cons
     u.y |= hb.y << 4;
     return codes_h2(u, h2of(h2f(b)), h2of(h2f(b + 2)));
 }
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
-{
-    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
-    const float dl = fmul(h2f(b + 80), i2f(b[s] & 15)), ml = fmul(h2f(b + 82), i2f(b[s] >> 4));
-    const uint2 w = ld8b<4>(b + 16 + 32 * h + l);
-    const uint2 u = make_uint2((w.x >> (2 * j)) & 0x03030303u, (w.y >> (2 * j)) & 0x03030303u);
-    return codes_h2(u, h2of(dl), h2of(-ml));
-}
 /* ---- a lane's share of a row chunk, for a whole tile ----------------------
  * The matrix kernels decode elements 32 ch + 8 t .. + 7 of a row chunk for
  * ch = 0..7 with t = lane & 3 fixed.  For most types those eight calls read
@@ -587,6 +579,62 @@ __host__ __device__ __forceinline__ uint2 scales4_h2(uint32_t codes, __half2 k, 
                       h2bits(__hmul2(__hsub2(bits2h2(bperm(codes, 0x64646464u, 0x4342)), k), d)));
 }
 
+/* Q2_K: chunk ch is sub-block s = 2 ch + (t >> 1): scale byte s (low
+ * nibble times d, high nibble times dmin), bit pair ch & 3 of qs word
+ * ch >> 2.  A 2-bit code's fp16 value has a zero low byte (0, 1, 2, 3 are
+ * 0x0000, 0x3c00, 0x4000, 0x4200), so one byte permute of those four high
+ * bytes, with the codes as its selector nibbles, gives a pair of exact
+ * fp16 codes; then one hfma2 (dl * code - ml, the float path's dl and ml
+ * rounded once each, as before). */
+template <> struct Row<GGML_TYPE_Q2_K> {
+    static constexpr bool whole = true;
+    uint2 q0, q1;
+    uint32_t dl[4], ml[4]; /* half2: chunks 2i, 2i + 1 */
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+        const Al A = al(b);
+        q0 = ld8al(A, 16 + 8 * t);
+        q1 = ld8al(A, 48 + 8 * t);
+        const uint32_t x0 = A.q[0], x1 = A.q[1], x2 = A.q[2], x3 = A.q[3], x4 = A.q[4];
+        const uint32_t sel = t >> 1 ? 0x7531u : 0x6420u; /* bytes p, p + 2 of two words */
+        const uint32_t L0 = bperm(fshr(x0, x1, A.sh), fshr(x1, x2, A.sh), sel);
+        const uint32_t L1 = bperm(fshr(x2, x3, A.sh), fshr(x3, x4, A.sh), sel);
+        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(b + 80)));
+        const __half2 m = __hneg2(__half2half2(__ushort_as_half((unsigned short)u16(b + 82))));
+        const __half2 k = h2of(1024.f);
+        const uint2 d03 = scales4_h2(L0 & 0x0f0f0f0fu, k, d), d47 = scales4_h2(L1 & 0x0f0f0f0fu, k, d);
+        const uint2 m03 = scales4_h2((L0 >> 4) & 0x0f0f0f0fu, k, m), m47 = scales4_h2((L1 >> 4) & 0x0f0f0f0fu, k, m);
+        dl[0] = d03.x;
+        dl[1] = d03.y;
+        dl[2] = d47.x;
+        dl[3] = d47.y;
+        ml[0] = m03.x;
+        ml[1] = m03.y;
+        ml[2] = m47.x;
+        ml[3] = m47.y;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint2 w = ch < 4 ? q0 : q1;
+        const int sh = 4 - 2 * (ch & 3); /* pair to bits 4, 5 of each byte: selector nibbles 1 and 3 */
+        /* selector nibbles 1, 3: 4 + code (the table is the second
+         * operand), 0 and 2: 0 (a zero byte of the first) */
+        const uint32_t sx = ((sh >= 0 ? w.x << sh : w.x >> -sh) & 0x30303030u) | 0x40404040u;
+        const uint32_t sy = ((sh >= 0 ? w.y << sh : w.y >> -sh) & 0x30303030u) | 0x40404040u;
+        const uint32_t T = 0x42403c00u;
+        const __half2 sc = pick_h2(dl[ch >> 1], ch & 1), of = pick_h2(ml[ch >> 1], ch & 1);
+        return make_uint4(h2bits(hfma2(bits2h2(bperm(0u, T, sx)), sc, of)),
+                          h2bits(hfma2(bits2h2(bperm(0u, T, sx >> 16)), sc, of)),
+                          h2bits(hfma2(bits2h2(bperm(0u, T, sy)), sc, of)),
+                          h2bits(hfma2(bits2h2(bperm(0u, T, sy >> 16)), sc, of)));
+    }
+};
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_Q2_K> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
 /* Q3_K: chunk ch is sub-block s = 2 ch + (t >> 1), bit pair ch & 3 of qs
  * word ch >> 2, bit ch of the hmask bytes.  The 6-bit scale of s: low
  * nibble of sc[s] (s < 8) or high nibble of sc[s - 8], high pair (ch >> 1)
