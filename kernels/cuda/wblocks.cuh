@@ -23,7 +23,7 @@
  * values computed in half2 (below), and run the F16 path's mma (fp16 x
  * fp16, f32 accumulation).  Fields are read 8 bytes at a time in one, two
  * or four loads as the block's alignment allows (Q3_K, Q6_K, the IQ2s,
- * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  Q2_K, Q3_K, the
+ * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  Q2_K..Q5_K, the
  * IQ2s and IQ3_S decode through Row<TYPE> instead: what a lane reads of a
  * row chunk for a whole tile, read once (below). */
 #ifndef STRATA_WBLOCKS_CUH
@@ -397,7 +397,7 @@ WB_UNROLL
  * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
  * same decoder for every kernel and n (invariance).  The IQ4 types'
  * levels become such codes (level + 128) by byte permutes from registers.
- * Q2_K, Q3_K, the IQ2s and IQ3_S have per-tile decoders (wrows.cuh). */
+ * Q2_K..Q5_K, the IQ2s and IQ3_S have per-tile decoders (wrows.cuh). */
 template <int TYPE> struct H2 { static constexpr bool on = false; };
 #define WB_H2(T)                                                                                         \
     template <> struct H2<T> { static constexpr bool on = true; };
@@ -505,31 +505,11 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(cons
 }
 } /* namespace wb */
 
-/* the per-tile rows (Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_S) */
+/* the per-tile rows (Q2_K, Q3_K, Q4_K, Q5_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_S) */
 #include "kernels/cuda/wrows.cuh"
 
 namespace wb {
 
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
-{
-    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
-    int sc, mn;
-    k_scale_min(2 * p + half, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
-    return codes_h2(nib(ld8b<8>(b + 16 + 32 * p + l), half), h2of(d1), h2of(-m1));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
-{
-    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
-    int sc, mn;
-    k_scale_min(s, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
-    uint2 u = nib(ld8b<8>(b + 48 + 32 * p + l), half);
-    const uint2 qh = ld8b<8>(b + 16 + l);
-    u.x |= ((qh.x >> s) & 0x01010101u) << 4;
-    u.y |= ((qh.y >> s) & 0x01010101u) << 4;
-    return codes_h2(u, h2of(d1), h2of(-m1));
-}
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
 {
     const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;

@@ -1,4 +1,4 @@
-/* wrows.cuh: the card's per-tile row decoders of Q2_K, Q3_K, IQ2_XXS,
+/* wrows.cuh: the card's per-tile row decoders of Q2_K..Q5_K, IQ2_XXS,
  * IQ2_XS, IQ2_S and IQ3_S (wb::Row), and the fp16 grid tables they use.
  * Part of wblocks.cuh, which includes it after its helpers (bperm, hfma2,
  * the load helpers) and before the launch switches; not included alone.
@@ -197,6 +197,79 @@ WB_UNROLL
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
 {
     Row<GGML_TYPE_Q3_K> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
+/* Q4_K / Q5_K: chunk ch is sub-block ch for every lane (low nibbles of
+ * qs word ch >> 2 for even ch, high for odd); the eight 6-bit scales and
+ * mins (model/quant.h's q4_k_scale_min) of the 12 bytes at 4, byte-parallel:
+ * sub-blocks 0..3 are the low 6 bits of bytes 0..3 and 4..7, 4..7 take
+ * nibbles of bytes 8..11 and the top 2 bits of bytes 0..7.  dl = d * sc
+ * and ml = dmin * mn rounded once (hmul2), as the float path. */
+__host__ __device__ __forceinline__ void k_scales8(const uint8_t *b, uint32_t (&dl)[4], uint32_t (&ml)[4])
+{
+    const uint32_t dd = *(const uint32_t *)b, W0 = *(const uint32_t *)(b + 4), W1 = *(const uint32_t *)(b + 8),
+                   W2 = *(const uint32_t *)(b + 12);
+    const __half2 d = __low2half2(bits2h2(dd)), m = __hneg2(__high2half2(bits2h2(dd))), k = h2of(1024.f);
+    const uint2 s03 = scales4_h2(W0 & 0x3f3f3f3fu, k, d), m03 = scales4_h2(W1 & 0x3f3f3f3fu, k, m);
+    const uint2 s47 = scales4_h2((W2 & 0x0f0f0f0fu) | ((W0 >> 2) & 0x30303030u), k, d);
+    const uint2 m47 = scales4_h2(((W2 >> 4) & 0x0f0f0f0fu) | ((W1 >> 2) & 0x30303030u), k, m);
+    dl[0] = s03.x;
+    dl[1] = s03.y;
+    dl[2] = s47.x;
+    dl[3] = s47.y;
+    ml[0] = m03.x;
+    ml[1] = m03.y;
+    ml[2] = m47.x;
+    ml[3] = m47.y;
+}
+/* Q4_K (d dmin scales[12] qs[128]; row chunks are 16-byte aligned) */
+template <> struct Row<GGML_TYPE_Q4_K> {
+    static constexpr bool whole = true;
+    uint2 q[4]; /* qs bytes 32 p + 8 t .. + 7, p = 0..3 */
+    uint32_t dl[4], ml[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+WB_UNROLL
+        for (int p = 0; p < 4; p++)
+            q[p] = ld8b<8>(b + 16 + 32 * p + 8 * t);
+        k_scales8(b, dl, ml);
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        return codes_h2(nib(q[ch >> 1], ch & 1), pick_h2(dl[ch >> 1], ch & 1), pick_h2(ml[ch >> 1], ch & 1));
+    }
+};
+/* Q5_K (d dmin scales[12] qh[32] qs[128]): Q4_K plus bit ch of qh[8 t + i] */
+template <> struct Row<GGML_TYPE_Q5_K> {
+    static constexpr bool whole = true;
+    uint2 q[4], qh;
+    uint32_t dl[4], ml[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+WB_UNROLL
+        for (int p = 0; p < 4; p++)
+            q[p] = ld8b<8>(b + 48 + 32 * p + 8 * t);
+        qh = ld8b<8>(b + 16 + 8 * t);
+        k_scales8(b, dl, ml);
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        uint2 u = nib(q[ch >> 1], ch & 1);
+        u.x |= ((qh.x >> ch) & 0x01010101u) << 4;
+        u.y |= ((qh.y >> ch) & 0x01010101u) << 4;
+        return codes_h2(u, pick_h2(dl[ch >> 1], ch & 1), pick_h2(ml[ch >> 1], ch & 1));
+    }
+};
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_Q4_K> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_Q5_K> r;
     r.load(b, (e0 >> 3) & 3);
     return r.dec(e0 >> 5);
 }
