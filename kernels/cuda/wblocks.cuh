@@ -23,8 +23,8 @@
  * values computed in half2 (below), and run the F16 path's mma (fp16 x
  * fp16, f32 accumulation).  Fields are read 8 bytes at a time in one, two
  * or four loads as the block's alignment allows (Q3_K, Q6_K, the IQ2s,
- * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  Q2_K..Q5_K, the
- * IQ2s and IQ3_S decode through Row<TYPE> instead: what a lane reads of a
+ * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  The K-quants,
+ * the IQ2s and IQ3_S decode through Row<TYPE> instead: what a lane reads of a
  * row chunk for a whole tile, read once (below). */
 #ifndef STRATA_WBLOCKS_CUH
 #define STRATA_WBLOCKS_CUH
@@ -397,7 +397,7 @@ WB_UNROLL
  * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
  * same decoder for every kernel and n (invariance).  The IQ4 types'
  * levels become such codes (level + 128) by byte permutes from registers.
- * Q2_K..Q5_K, the IQ2s and IQ3_S have per-tile decoders (wrows.cuh). */
+ * The K-quants, the IQ2s and IQ3_S have per-tile decoders (wrows.cuh). */
 template <int TYPE> struct H2 { static constexpr bool on = false; };
 #define WB_H2(T)                                                                                         \
     template <> struct H2<T> { static constexpr bool on = true; };
@@ -505,21 +505,11 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(cons
 }
 } /* namespace wb */
 
-/* the per-tile rows (Q2_K, Q3_K, Q4_K, Q5_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_S) */
+/* the per-tile rows (Q2_K..Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_S) */
 #include "kernels/cuda/wrows.cuh"
 
 namespace wb {
 
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
-{
-    const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
-    const __half2 dl = h2of(fmul(h2f(b + 208), i2f((int8_t)b[192 + 8 * h + (l >> 4) + 2 * k])));
-    uint2 u = nib(ld8b<2>(b + 64 * h + l + 32 * (k & 1)), k >= 2);
-    const uint2 H = ld8b<2>(b + 128 + 32 * h + l);
-    u.x |= ((H.x >> (2 * k)) & 0x03030303u) << 4;
-    u.y |= ((H.y >> (2 * k)) & 0x03030303u) << 4;
-    return codes_h2(u, dl, __hmul2(dl, h2of(-32.f)));
-}
 
 /* Every type of this file by id, for the launch switches:
  * X(GGML_TYPE_...) once per type. */

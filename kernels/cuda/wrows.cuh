@@ -1,4 +1,4 @@
-/* wrows.cuh: the card's per-tile row decoders of Q2_K..Q5_K, IQ2_XXS,
+/* wrows.cuh: the card's per-tile row decoders of Q2_K..Q6_K, IQ2_XXS,
  * IQ2_XS, IQ2_S and IQ3_S (wb::Row), and the fp16 grid tables they use.
  * Part of wblocks.cuh, which includes it after its helpers (bperm, hfma2,
  * the load helpers) and before the launch switches; not included alone.
@@ -270,6 +270,60 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(cons
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
 {
     Row<GGML_TYPE_Q5_K> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
+}
+/* Q6_K (ql[128] qh[64] scales[16] d): chunk ch is half h = ch >> 2,
+ * quarter k = ch & 3: nibble k >= 2 of ql word 2 h + (k & 1), bit pair k of
+ * qh word h, int8 scale 8 h + 2 k + (t >> 1).  The lane's eight scales once
+ * per tile (bytes p, p + 2, .. of the 16, sign flipped to codes sc + 128,
+ * hmul2 with d: the float path's d * sc rounded once); value dl * (q - 32)
+ * with the 32 taken off in the subtraction, as Q3_K. */
+template <> struct Row<GGML_TYPE_Q6_K> {
+    static constexpr bool whole = true;
+    uint2 ql[4], qh[2];
+    uint32_t dl[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+        const Al A = al(b);
+WB_UNROLL
+        for (int i = 0; i < 4; i++)
+            ql[i] = ld8al(A, 32 * i + 8 * t);
+        qh[0] = ld8al(A, 128 + 8 * t);
+        qh[1] = ld8al(A, 160 + 8 * t);
+        /* scales = b + 192 .. 207; the fifth word only where the chunk is
+         * misaligned (it ends 2 bytes before the chunk does) */
+        const uint32_t x0 = A.q[48], x1 = A.q[49], x2 = A.q[50], x3 = A.q[51], x4 = A.q[51 + A.sh / 16];
+        const uint32_t sel = t >> 1 ? 0x7531u : 0x6420u;
+        const uint32_t L0 = bperm(fshr(x0, x1, A.sh), fshr(x1, x2, A.sh), sel) ^ 0x80808080u;
+        const uint32_t L1 = bperm(fshr(x2, x3, A.sh), fshr(x3, x4, A.sh), sel) ^ 0x80808080u;
+        const __half2 d = __half2half2(__ushort_as_half((unsigned short)u16(b + 208))), k = h2of(1152.f);
+        const uint2 s03 = scales4_h2(L0, k, d), s47 = scales4_h2(L1, k, d);
+        dl[0] = s03.x;
+        dl[1] = s03.y;
+        dl[2] = s47.x;
+        dl[3] = s47.y;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const int k = ch & 3;
+        const uint2 H = qh[ch >> 2];
+        uint2 u = nib(ql[2 * (ch >> 2) + (k & 1)], k >= 2);
+        u.x |= ((H.x >> (2 * k)) & 0x03030303u) << 4;
+        u.y |= ((H.y >> (2 * k)) & 0x03030303u) << 4;
+        const __half2 sc = pick_h2(dl[ch >> 1], ch & 1), off = h2of(1056.f);
+        const uint32_t w[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
+                               bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
+        uint32_t r[4];
+WB_UNROLL
+        for (int i = 0; i < 4; i++)
+            r[i] = h2bits(__hmul2(__hsub2(bits2h2(w[i]), off), sc));
+        return make_uint4(r[0], r[1], r[2], r[3]);
+    }
+};
+template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
+{
+    Row<GGML_TYPE_Q6_K> r;
     r.load(b, (e0 >> 3) & 3);
     return r.dec(e0 >> 5);
 }
