@@ -24,8 +24,8 @@
  * fp16, f32 accumulation).  Fields are read 8 bytes at a time in one, two
  * or four loads as the block's alignment allows (Q3_K, Q6_K, the IQ2s,
  * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  The K-quants,
- * the IQ2s and IQ3_S decode through Row<TYPE> instead: what a lane reads of a
- * row chunk for a whole tile, read once (below). */
+ * the IQ2s, IQ3_S and IQ4_XS decode through Row<TYPE> instead: what a
+ * lane reads of a row chunk for a whole tile, read once (wrows.cuh). */
 #ifndef STRATA_WBLOCKS_CUH
 #define STRATA_WBLOCKS_CUH
 
@@ -397,7 +397,8 @@ WB_UNROLL
  * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
  * same decoder for every kernel and n (invariance).  The IQ4 types'
  * levels become such codes (level + 128) by byte permutes from registers.
- * The K-quants, the IQ2s and IQ3_S have per-tile decoders (wrows.cuh). */
+ * The K-quants, the IQ2s, IQ3_S (wrows.cuh) and IQ4_XS (below) have
+ * per-tile decoders. */
 template <int TYPE> struct H2 { static constexpr bool on = false; };
 #define WB_H2(T)                                                                                         \
     template <> struct H2<T> { static constexpr bool on = true; };
@@ -549,13 +550,45 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_NL>(co
     const __half2 sc = h2of(h2f(b));
     return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
 }
+/* IQ4_XS (d, scales_h u16, scales_l[4], qs[128]; row chunks 8-byte
+ * aligned) as a per-tile row (wrows.cuh): chunk ch is sub-block ch for
+ * every lane, so the eight 6-bit scales (low nibble ch & 1 of scales_l[ch
+ * / 2], bit pair ch of scales_h) come out byte-parallel once per tile,
+ * dl = d * (ls - 32) rounded once (hmul2); dec looks up the levels and
+ * takes the 128 off in the subtraction. */
+template <> struct Row<GGML_TYPE_IQ4_XS> {
+    static constexpr bool whole = true;
+    const uint8_t *q; /* qs + 8 (t & 1): chunk ch's 8 bytes at q + 16 ch */
+    uint32_t hs;      /* 4 (t >> 1): low or high nibbles */
+    uint32_t dl[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+        q = b + 8 + 8 * (t & 1);
+        hs = 4u * (uint32_t)(t >> 1);
+        const uint32_t w = *(const uint32_t *)b, L = *(const uint32_t *)(b + 4), H = w >> 16;
+        /* nibble i of x -> byte i */
+        const auto spread = [](uint32_t x) { return bperm(x & 0x0f0fu, (x >> 4) & 0x0f0fu, 0x5140u); };
+        const uint32_t ev = (L & 0x0f0f0f0fu) | spread(H & 0x3333u) << 4;          /* chunks 0, 2, 4, 6 */
+        const uint32_t od = ((L >> 4) & 0x0f0f0f0fu) | spread((H >> 2) & 0x3333u) << 4; /* 1, 3, 5, 7 */
+        const __half2 d = __low2half2(bits2h2(w)), k = h2of(1056.f);
+        const uint2 s03 = scales4_h2(bperm(ev, od, 0x5140u), k, d), s47 = scales4_h2(bperm(ev, od, 0x7362u), k, d);
+        dl[0] = s03.x;
+        dl[1] = s03.y;
+        dl[2] = s47.x;
+        dl[3] = s47.y;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint2 w = ld8b<8>(q + 16 * ch);
+        const uint2 c = make_uint2(iq4_codes4((w.x >> hs) & 0x0f0f0f0fu), iq4_codes4((w.y >> hs) & 0x0f0f0f0fu));
+        return codes_off_h2(c, h2of(1152.f), pick_h2(dl[ch >> 1], ch & 1));
+    }
+};
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_XS>(const uint8_t *b, int e0)
 {
-    const int ib = e0 >> 5, e = e0 & 31;
-    const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | ((u16(b + 2) >> (2 * ib)) & 3) << 4;
-    const __half2 sc = h2of(fmul(h2f(b), i2f(ls - 32)));
-    const uint2 nb = nib(ld8b<8>(b + 8 + 16 * ib + (e & 15)), e >> 4);
-    return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
+    Row<GGML_TYPE_IQ4_XS> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
 }
 
 /* The fp16 decoder of any type above that has one (host check); -1 if none. */

@@ -69,6 +69,19 @@ __host__ __device__ __forceinline__ __half2 pick_h2(uint32_t w, int hi)
     const __half2 h = bits2h2(w);
     return hi ? __high2half2(h) : __low2half2(h);
 }
+/* codes (bytes of u, < 1024) minus k, times sc: (1024 + q) - k exact, so
+ * a signed code's offset costs nothing and the scale is the only
+ * per-sub-block operand */
+__host__ __device__ __forceinline__ uint4 codes_off_h2(uint2 u, __half2 k, __half2 sc)
+{
+    const uint32_t w[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
+                           bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
+    uint32_t r[4];
+WB_UNROLL
+    for (int i = 0; i < 4; i++)
+        r[i] = h2bits(__hmul2(__hsub2(bits2h2(w[i]), k), sc));
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
 /* four byte codes (each < 1024) as two half2 of code - k, times d:
  * scales of four sub-blocks at once */
 __host__ __device__ __forceinline__ uint2 scales4_h2(uint32_t codes, __half2 k, __half2 d)
@@ -311,14 +324,7 @@ WB_UNROLL
         uint2 u = nib(ql[2 * (ch >> 2) + (k & 1)], k >= 2);
         u.x |= ((H.x >> (2 * k)) & 0x03030303u) << 4;
         u.y |= ((H.y >> (2 * k)) & 0x03030303u) << 4;
-        const __half2 sc = pick_h2(dl[ch >> 1], ch & 1), off = h2of(1056.f);
-        const uint32_t w[4] = {bperm(u.x, 0x64646464u, 0x4140), bperm(u.x, 0x64646464u, 0x4342),
-                               bperm(u.y, 0x64646464u, 0x4140), bperm(u.y, 0x64646464u, 0x4342)};
-        uint32_t r[4];
-WB_UNROLL
-        for (int i = 0; i < 4; i++)
-            r[i] = h2bits(__hmul2(__hsub2(bits2h2(w[i]), off), sc));
-        return make_uint4(r[0], r[1], r[2], r[3]);
+        return codes_off_h2(u, h2of(1056.f), pick_h2(dl[ch >> 1], ch & 1));
     }
 };
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
