@@ -23,7 +23,9 @@
  * values computed in half2 (below), and run the F16 path's mma (fp16 x
  * fp16, f32 accumulation).  Fields are read 8 bytes at a time in one, two
  * or four loads as the block's alignment allows (Q3_K, Q6_K, the IQ2s,
- * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2). */
+ * IQ3_S, Q5_0, IQ4_NL chunks sit at odd multiples of 2).  The K-quants,
+ * the IQ2s, IQ3_S and IQ4_XS decode through Row<TYPE> instead: what a
+ * lane reads of a row chunk for a whole tile, read once (wrows.cuh). */
 #ifndef STRATA_WBLOCKS_CUH
 #define STRATA_WBLOCKS_CUH
 
@@ -394,9 +396,9 @@ WB_UNROLL
  * codes, -32 s for Q6_K, exact multiples of s), so a value may differ from
  * dec8's by an fp16 rounding of the scale: within the F16 tolerance, and the
  * same decoder for every kernel and n (invariance).  The IQ4 types'
- * levels become such codes (level + 128) by byte permutes from registers;
- * the IQ2/IQ3_S grid magnitudes go the same way, their signs as XOR masks
- * on the scale's fp16 sign bits (mags_h2). */
+ * levels become such codes (level + 128) by byte permutes from registers.
+ * The K-quants, the IQ2s, IQ3_S (wrows.cuh) and IQ4_XS (below) have
+ * per-tile decoders. */
 template <int TYPE> struct H2 { static constexpr bool on = false; };
 #define WB_H2(T)                                                                                         \
     template <> struct H2<T> { static constexpr bool on = true; };
@@ -502,57 +504,13 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_1>(cons
     u.y |= hb.y << 4;
     return codes_h2(u, h2of(h2f(b)), h2of(h2f(b + 2)));
 }
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q2_K>(const uint8_t *b, int e0)
-{
-    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4;
-    const float dl = fmul(h2f(b + 80), i2f(b[s] & 15)), ml = fmul(h2f(b + 82), i2f(b[s] >> 4));
-    const uint2 w = ld8b<4>(b + 16 + 32 * h + l);
-    const uint2 u = make_uint2((w.x >> (2 * j)) & 0x03030303u, (w.y >> (2 * j)) & 0x03030303u);
-    return codes_h2(u, h2of(dl), h2of(-ml));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q3_K>(const uint8_t *b, int e0)
-{
-    const int h = e0 >> 7, j = (e0 >> 5) & 3, l = e0 & 31, s = e0 >> 4, hs = e0 >> 5;
-    const uint8_t *sc = b + 96;
-    const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
-    const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
-    const __half2 dl = h2of(fmul(h2f(b + 108), i2f(lo + 16 * hi - 32)));
-    const uint2 w = ld8b<2>(b + 32 + 32 * h + l), hm = ld8b<2>(b + l);
-    /* code = low pair + 4 * high bit, value dl * (code - 4) */
-    const uint2 u = make_uint2(((w.x >> (2 * j)) & 0x03030303u) | (((hm.x >> hs) & 0x01010101u) << 2),
-                               ((w.y >> (2 * j)) & 0x03030303u) | (((hm.y >> hs) & 0x01010101u) << 2));
-    return codes_h2(u, dl, __hmul2(dl, h2of(-4.f)));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q4_K>(const uint8_t *b, int e0)
-{
-    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31;
-    int sc, mn;
-    k_scale_min(2 * p + half, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
-    return codes_h2(nib(ld8b<8>(b + 16 + 32 * p + l), half), h2of(d1), h2of(-m1));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q5_K>(const uint8_t *b, int e0)
-{
-    const int p = e0 >> 6, half = (e0 >> 5) & 1, l = e0 & 31, s = 2 * p + half;
-    int sc, mn;
-    k_scale_min(s, b + 4, &sc, &mn);
-    const float d1 = fmul(h2f(b), i2f(sc)), m1 = fmul(h2f(b + 2), i2f(mn));
-    uint2 u = nib(ld8b<8>(b + 48 + 32 * p + l), half);
-    const uint2 qh = ld8b<8>(b + 16 + l);
-    u.x |= ((qh.x >> s) & 0x01010101u) << 4;
-    u.y |= ((qh.y >> s) & 0x01010101u) << 4;
-    return codes_h2(u, h2of(d1), h2of(-m1));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(const uint8_t *b, int e0)
-{
-    const int h = e0 >> 7, k = (e0 >> 5) & 3, l = e0 & 31;
-    const __half2 dl = h2of(fmul(h2f(b + 208), i2f((int8_t)b[192 + 8 * h + (l >> 4) + 2 * k])));
-    uint2 u = nib(ld8b<2>(b + 64 * h + l + 32 * (k & 1)), k >= 2);
-    const uint2 H = ld8b<2>(b + 128 + 32 * h + l);
-    u.x |= ((H.x >> (2 * k)) & 0x03030303u) << 4;
-    u.y |= ((H.y >> (2 * k)) & 0x03030303u) << 4;
-    return codes_h2(u, dl, __hmul2(dl, h2of(-32.f)));
-}
+} /* namespace wb */
+
+/* the per-tile rows (Q2_K..Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_S) */
+#include "kernels/cuda/wrows.cuh"
+
+namespace wb {
+
 
 /* Every type of this file by id, for the launch switches:
  * X(GGML_TYPE_...) once per type. */
@@ -573,67 +531,6 @@ __host__ __device__ inline int dec8_any(int type, const uint8_t *c, int e0, floa
     }
 }
 
-/* ---- fp16 decoders of the IQ types ---------------------------------------- */
-
-/* magnitudes (bytes of m, each < 1024) with signs (byte i 0x80: element i
- * negative) -> fp16 pairs sc * (+-m): the sign goes onto the scale's sign
- * bits, one byte permute per pair puts two sign bytes under bits 15, 31 */
-__host__ __device__ __forceinline__ uint4 mags_h2(uint2 m, uint2 sb, __half2 sc)
-{
-    const __half2 k1024 = __float2half2_rn(1024.f);
-    const uint32_t scb = h2bits(sc);
-    const uint32_t w[4] = {bperm(m.x, 0x64646464u, 0x4140), bperm(m.x, 0x64646464u, 0x4342),
-                           bperm(m.y, 0x64646464u, 0x4140), bperm(m.y, 0x64646464u, 0x4342)};
-    const uint32_t sg[4] = {bperm(sb.x, 0u, 0x1404), bperm(sb.x, 0u, 0x3424), bperm(sb.y, 0u, 0x1404),
-                            bperm(sb.y, 0u, 0x3424)};
-    uint32_t r[4];
-    WB_UNROLL
-    for (int k = 0; k < 4; k++)
-        r[k] = h2bits(__hmul2(__hsub2(bits2h2(w[k]), k1024), bits2h2(scb ^ sg[k])));
-    return make_uint4(r[0], r[1], r[2], r[3]);
-}
-/* eight sign bits -> bytes 0x80 / 0 */
-__host__ __device__ __forceinline__ uint2 sign_bytes8(uint32_t s8)
-{
-    const uint2 b = bits_to_bytes(s8);
-    return make_uint2(b.x << 7, b.y << 7);
-}
-__host__ __device__ __forceinline__ uint2 u64_2(uint64_t g) { return make_uint2((uint32_t)g, (uint32_t)(g >> 32)); }
-
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
-{
-    const uint8_t *rec = b + 2 + 8 * (e0 >> 5);
-    const int l = (e0 >> 3) & 3;
-    const uint32_t w = u32(rec + 4);
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f((int)(w >> 28)))), 0.25f);
-    return mags_h2(u64_2(WB_TAB(iq2xxs_grid)[rec[l]]), sign_bytes8(sign7((w >> (7 * l)) & 127)), h2of(db));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XS>(const uint8_t *b, int e0)
-{
-    const int g = e0 >> 3;
-    const int ls = (b[66 + (g >> 2)] >> ((g & 3) < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
-    const uint32_t q = u16(b + 2 + 2 * g);
-    return mags_h2(u64_2(WB_TAB(iq2xs_grid)[q & 511]), sign_bytes8(sign7(q >> 9)), h2of(db));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_S>(const uint8_t *b, int e0)
-{
-    const int g = e0 >> 3, ib = g >> 2, l = g & 3;
-    const int ls = (b[74 + ib] >> (l < 2 ? 0 : 4)) & 15;
-    const float db = fmul(fmul(h2f(b), fadd(0.5f, i2f(ls))), 0.25f);
-    const int idx = b[2 + g] | ((b[66 + ib] >> (2 * l)) & 3) << 8;
-    return mags_h2(u64_2(WB_TAB(iq2s_grid)[idx]), sign_bytes8(b[34 + g]), h2of(db));
-}
-template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ3_S>(const uint8_t *b, int e0)
-{
-    const int ib = e0 >> 5, G = e0 >> 2, k = G & 7;
-    const int ls = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
-    const float db = fmul(h2f(b), i2f(1 + 2 * ls));
-    const uint32_t qh = b[66 + ib];
-    const uint32_t g0 = WB_TAB(iq3s_grid)[b[2 + G] | ((qh >> k) & 1) << 8];
-    const uint32_t g1 = WB_TAB(iq3s_grid)[b[3 + G] | ((qh >> (k + 1)) & 1) << 8];
-    return mags_h2(make_uint2(g0, g1), sign_bytes8(b[74 + (e0 >> 3)]), h2of(db));
-}
 /* IQ4 levels + 128 (1..241) of four nibbles (bytes of nb): two byte
  * permutes of the level table's halves, picked per byte by the nibble's
  * bit 3 */
@@ -653,13 +550,45 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_NL>(co
     const __half2 sc = h2of(h2f(b));
     return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
 }
+/* IQ4_XS (d, scales_h u16, scales_l[4], qs[128]; row chunks 8-byte
+ * aligned) as a per-tile row (wrows.cuh): chunk ch is sub-block ch for
+ * every lane, so the eight 6-bit scales (low nibble ch & 1 of scales_l[ch
+ * / 2], bit pair ch of scales_h) come out byte-parallel once per tile,
+ * dl = d * (ls - 32) rounded once (hmul2); dec looks up the levels and
+ * takes the 128 off in the subtraction. */
+template <> struct Row<GGML_TYPE_IQ4_XS> {
+    static constexpr bool whole = true;
+    const uint8_t *q; /* qs + 8 (t & 1): chunk ch's 8 bytes at q + 16 ch */
+    uint32_t hs;      /* 4 (t >> 1): low or high nibbles */
+    uint32_t dl[4];
+    __host__ __device__ __forceinline__ void load(const uint8_t *b, int t)
+    {
+        q = b + 8 + 8 * (t & 1);
+        hs = 4u * (uint32_t)(t >> 1);
+        const uint32_t w = *(const uint32_t *)b, L = *(const uint32_t *)(b + 4), H = w >> 16;
+        /* nibble i of x -> byte i */
+        const auto spread = [](uint32_t x) { return bperm(x & 0x0f0fu, (x >> 4) & 0x0f0fu, 0x5140u); };
+        const uint32_t ev = (L & 0x0f0f0f0fu) | spread(H & 0x3333u) << 4;          /* chunks 0, 2, 4, 6 */
+        const uint32_t od = ((L >> 4) & 0x0f0f0f0fu) | spread((H >> 2) & 0x3333u) << 4; /* 1, 3, 5, 7 */
+        const __half2 d = __low2half2(bits2h2(w)), k = h2of(1056.f);
+        const uint2 s03 = scales4_h2(bperm(ev, od, 0x5140u), k, d), s47 = scales4_h2(bperm(ev, od, 0x7362u), k, d);
+        dl[0] = s03.x;
+        dl[1] = s03.y;
+        dl[2] = s47.x;
+        dl[3] = s47.y;
+    }
+    __host__ __device__ __forceinline__ uint4 dec(int ch) const
+    {
+        const uint2 w = ld8b<8>(q + 16 * ch);
+        const uint2 c = make_uint2(iq4_codes4((w.x >> hs) & 0x0f0f0f0fu), iq4_codes4((w.y >> hs) & 0x0f0f0f0fu));
+        return codes_off_h2(c, h2of(1152.f), pick_h2(dl[ch >> 1], ch & 1));
+    }
+};
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ4_XS>(const uint8_t *b, int e0)
 {
-    const int ib = e0 >> 5, e = e0 & 31;
-    const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | ((u16(b + 2) >> (2 * ib)) & 3) << 4;
-    const __half2 sc = h2of(fmul(h2f(b), i2f(ls - 32)));
-    const uint2 nb = nib(ld8b<8>(b + 8 + 16 * ib + (e & 15)), e >> 4);
-    return codes_h2(make_uint2(iq4_codes4(nb.x), iq4_codes4(nb.y)), sc, __hmul2(sc, h2of(-128.f)));
+    Row<GGML_TYPE_IQ4_XS> r;
+    r.load(b, (e0 >> 3) & 3);
+    return r.dec(e0 >> 5);
 }
 
 /* The fp16 decoder of any type above that has one (host check); -1 if none. */

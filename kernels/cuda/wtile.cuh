@@ -607,12 +607,36 @@ __device__ __forceinline__ void tile_mma_blk(const Raw<TYPE> &r, const Act &a, i
         }
     }
 }
+/* The same for the types whose lane fields are read once per tile
+ * (wblocks.cuh, Row: Q3_K, IQ3_S, IQ2_S): the chunk loop unrolled, so the
+ * fields stay in registers. */
+template <int TYPE, int NG, bool G>
+__device__ __forceinline__ void tile_mma_rows(const Raw<TYPE> &r, const Act &a, int k0, float (&acc)[NG][4], int lane)
+{
+    constexpr int RB = wb::rb(TYPE);
+    const int g = lane >> 2, t = lane & 3;
+    wb::Row<TYPE> r0, r1;
+    r0.load(r.p + g * RB, t);
+    r1.load(r.p + (g + 8) * RB, t);
+#pragma unroll
+    for (int ch = 0; ch < 8; ++ch) {
+        const uint4 h0 = r0.dec(ch), h1 = r1.dec(ch);
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+            const uint4 b = ldh16<G>(a.h + (8 * j + g) * a.cs + k0 + 32 * ch + 8 * t);
+            mma_f16(acc[j], h0.x, h1.x, h0.y, h1.y, b.x, b.y);
+            mma_f16(acc[j], h0.z, h1.z, h0.w, h1.w, b.z, b.w);
+        }
+    }
+}
 /* One tile of any type into acc (what the kernels call). */
 template <int TYPE, int NG, bool G>
 __device__ __forceinline__ void tile_any(const Raw<TYPE> &r, const Act &a, int k0, int b0, float (&acc)[NG][4],
                                          const uint8_t *tab, int lane)
 {
-    if constexpr (is_blk(TYPE))
+    if constexpr (is_blk(TYPE) && wb::Row<TYPE>::whole)
+        tile_mma_rows<TYPE, NG, G>(r, a, k0, acc, lane);
+    else if constexpr (is_blk(TYPE))
         tile_mma_blk<TYPE, NG, G>(r, a, k0, acc, lane);
     else
         tile_mma<NG, G>(r, a, k0, b0, acc, tab, lane);
