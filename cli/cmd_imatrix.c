@@ -58,17 +58,11 @@ int cmd_imatrix(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--chunks")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || !*argv[i + 1] || *end || v < 1 || v > 1 << 30) {
-                fprintf(stderr, "strata-cli imatrix: --chunks needs an integer >= 1\n");
-                return 2;
-            }
-            max_windows = (int)v;
-            i++;
+        int c = cli_parse_chunks("imatrix", argc, argv, &i, &max_windows);
+        if (c < 0)
+            return 2;
+        if (c > 0)
             continue;
-        }
         if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "strata-cli imatrix: %s needs a value\n", argv[i]);

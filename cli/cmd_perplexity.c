@@ -89,17 +89,11 @@ int cmd_perplexity(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--chunks")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || !*argv[i + 1] || *end || v < 1 || v > 1 << 30) {
-                fprintf(stderr, "strata-cli perplexity: --chunks needs an integer >= 1\n");
-                return 2;
-            }
-            max_windows = (int)v;
-            i++;
+        int c = cli_parse_chunks("perplexity", argc, argv, &i, &max_windows);
+        if (c < 0)
+            return 2;
+        if (c > 0)
             continue;
-        }
         int r = cli_opts_parse(&o, "perplexity", argc, argv, &i);
         if (r < 0)
             return 2;

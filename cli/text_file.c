@@ -6,6 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+int cli_parse_chunks(const char *cmd, int argc, char **argv, int *i, int *max_windows)
+{
+    if (strcmp(argv[*i], "--chunks"))
+        return 0;
+    char *end = NULL;
+    long v = *i + 1 < argc ? strtol(argv[*i + 1], &end, 10) : 0;
+    if (*i + 1 >= argc || !*argv[*i + 1] || *end || v < 1 || v > 1 << 30) {
+        fprintf(stderr, "strata-cli %s: --chunks needs an integer >= 1\n", cmd);
+        return -1;
+    }
+    *max_windows = (int)v;
+    (*i)++;
+    return 1;
+}
+
 char *cli_read_text(const char *path, size_t *len, strata_error *err)
 {
     FILE *f = fopen(path, "rb");

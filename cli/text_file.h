@@ -1,5 +1,6 @@
-/* text_file.h: what `perplexity` and `imatrix` share: a text file read
- * whole, and an engine with one sequence and the text's tokens. */
+/* text_file.h: what `perplexity` and `imatrix` share: their --chunks
+ * option, a text file read whole, and an engine with one sequence and the
+ * text's tokens. */
 #ifndef STRATA_CLI_TEXT_FILE_H
 #define STRATA_CLI_TEXT_FILE_H
 
@@ -8,6 +9,12 @@
 #include "cli/options.h"
 #include "engine/strata.h"
 #include "text/tokenizer.h"
+
+/* --chunks N (at most N windows) at argv[*i], as cli_opts_parse reads an
+ * option: 1 when it was --chunks with a good N (*max_windows set, *i moved
+ * past the value), 0 when argv[*i] is something else, -1 after printing
+ * "strata-cli CMD: --chunks needs an integer >= 1". */
+int cli_parse_chunks(const char *cmd, int argc, char **argv, int *i, int *max_windows);
 
 /* The whole file, NUL-terminated (*len bytes); NULL with err set. */
 char *cli_read_text(const char *path, size_t *len, strata_error *err);
