@@ -436,35 +436,6 @@ END_TEST
 
 /* ---- cross-check with the Python gguf package ------------------------- */
 
-static void write_file(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
-/* Dequantize `blocks` with strata, write both, have the script compare. */
-static void python_compare(const char *tname, const void *blocks, int64_t n)
-{
-    const type_traits *t = type_traits_by_name(tname);
-    char bpath[1024], fpath[1024], cmd[4096];
-    snprintf(bpath, sizeof bpath, "%s/%s.blocks", test_tmpdir(), tname);
-    snprintf(fpath, sizeof fpath, "%s/%s.f32", test_tmpdir(), tname);
-    float *y = malloc((size_t)n * sizeof *y);
-    t->dequant(blocks, y, n);
-    write_file(bpath, blocks, type_row_bytes(t->id, n));
-    write_file(fpath, y, (size_t)n * sizeof *y);
-    free(y);
-    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py compare %s %s %s",
-             test_root(), tname, bpath, fpath);
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    printf("quant: python gguf: %s", out ? out : "(no output)\n");
-    ck_assert_msg(rc == 0, "%s: %s", cmd, out ? out : "");
-    free(out);
-}
-
 START_TEST(own_blocks_match_python_gguf)
 {
     if (!test_have_python("gguf,numpy"))
@@ -477,7 +448,7 @@ START_TEST(own_blocks_match_python_gguf)
         const type_traits *t = type_traits_by_name(types[i]);
         uint8_t *b = malloc(type_row_bytes(t->id, n));
         t->quant(x, b, n, NULL);
-        python_compare(types[i], b, n);
+        tv_python_compare("quant", t->id, b, n);
         free(b);
     }
     free(x);
@@ -513,7 +484,7 @@ START_TEST(random_blocks_match_python_gguf)
                 uint16_t h = f32_to_fp16((float)(test_rand_normal(&st) * 0.01));
                 memcpy(b + blk * t->bytes + types[i].scale_offs[k], &h, 2);
             }
-        python_compare(types[i].name, b, n);
+        tv_python_compare("quant", type_traits_by_name(types[i].name)->id, b, n);
         free(b);
     }
 }
@@ -546,7 +517,7 @@ START_TEST(demo_model_tensors_match_python_gguf)
         ck_assert_uint_eq(fread(b, 1, nb, f), nb);
         fclose(f);
         printf("quant: demo tensor %s (%s, %lld x %lld)\n", names[i], type_name(id), ne0, nrows);
-        python_compare(type_name(id), b, n);
+        tv_python_compare("quant", id, b, n);
 
         /* and the round-trip error of strata's types on these real weights */
         if (nrows > 1) { /* matrices; norms are kept F32 by the mix */

@@ -92,3 +92,35 @@ double tv_round_trip_rel(quant_row_fn q, int type, const float *x, int64_t n, co
     free(y);
     return sqrt(se / sx);
 }
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+void tv_python_compare(const char *who, int type, const void *blocks, int64_t n)
+{
+    const type_traits *t = type_traits_get(type);
+    ck_assert_msg(t && t->dequant, "type %d: no decoder", type);
+    char bpath[1024], fpath[1024], cmd[4096];
+    snprintf(bpath, sizeof bpath, "%s/qc-%s.blocks", test_tmpdir(), t->name);
+    snprintf(fpath, sizeof fpath, "%s/qc-%s.f32", test_tmpdir(), t->name);
+    float *y = malloc((size_t)n * sizeof *y);
+    ck_assert(y);
+    t->dequant(blocks, y, n);
+    write_file(bpath, blocks, type_row_bytes(t->id, n));
+    write_file(fpath, y, (size_t)n * sizeof *y);
+    free(y);
+    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py compare %s %s %s",
+             test_root(), t->name, bpath, fpath);
+    char *out = NULL;
+    const int rc = test_run(cmd, &out);
+    printf("%s: python gguf: %s", who, out ? out : "(no output)\n");
+    remove(bpath);
+    remove(fpath);
+    ck_assert_msg(rc == 0, "%s: %s", cmd, out ? out : "");
+    free(out);
+}

@@ -1,6 +1,7 @@
 /* test_quant_util.h: what the quantizer suites share (test_quant.c,
  * test_quantize_types.c; definitions in test_quant_util.c): the reader of
- * the test-vector files and the relative error of a round trip. */
+ * the test-vector files, the relative error of a round trip, and the
+ * comparison with the Python gguf package's decoders. */
 #ifndef STRATA_TEST_QUANT_UTIL_H
 #define STRATA_TEST_QUANT_UTIL_H
 
@@ -31,5 +32,12 @@ void tv_free(tv_case *c);
  * finite). */
 double tv_round_trip_rel(quant_row_fn q, int type, const float *x, int64_t n, const float *im,
                          int64_t from, int64_t to);
+
+/* Decode n elements of `type` from blocks with the traits table, write the
+ * blocks and the floats to files under test_tmpdir() (removed after), and
+ * have test/scripts/quant_check.py decode the blocks with
+ * gguf.quants.dequantize and compare bit for bit; prints "WHO: python gguf:
+ * " and its verdict.  The caller skips without python3, gguf and numpy. */
+void tv_python_compare(const char *who, int type, const void *blocks, int64_t n);
 
 #endif

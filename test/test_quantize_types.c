@@ -252,14 +252,6 @@ END_TEST
 
 /* ---- against the Python gguf package ---------------------------------------- */
 
-static void write_all(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
 /* Blocks from every quantizer, decoded by gguf.quants.dequantize, must equal
  * the decoder the round trips use, bit for bit: this pins the traits
  * table's decoders (and the blocks' layout) to an implementation not
@@ -269,35 +261,19 @@ START_TEST(blocks_decode_as_python_gguf_does)
     if (!test_have_python("gguf,numpy"))
         TEST_SKIP("python3 with gguf and numpy not available");
     const int64_t n = 256 * 16;
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *im = malloc(n * sizeof *im);
+    float *x = malloc(n * sizeof *x), *im = malloc(n * sizeof *im);
     uint8_t *b = malloc(type_row_bytes(14, n));
     test_fill_normal(x, n, 0.05f, 12);
     for (int64_t i = 0; i < n; i++)
         im[i] = 0.2f + (float)(i % 11) / 11;
     for (size_t k = 0; k < sizeof round_trip_types / sizeof round_trip_types[0]; k++) {
         const type_traits *t = type_traits_get(round_trip_types[k]);
-        const dequant_row_fn dq = decoder(t->id);
         for (int with = 0; with < 2; with++) {
             t->quant(x, b, n, with ? im : NULL);
-            dq(b, y, n);
-            char bp[1024], fp[1024], cmd[4096], *out = NULL;
-            snprintf(bp, sizeof bp, "%s/qt-%s.blocks", test_tmpdir(), t->name);
-            snprintf(fp, sizeof fp, "%s/qt-%s.f32", test_tmpdir(), t->name);
-            write_all(bp, b, type_row_bytes(t->id, n));
-            write_all(fp, y, (size_t)n * sizeof *y);
-            snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py compare %s %s %s",
-                     test_root(), t->name, bp, fp);
-            const int rc = test_run(cmd, &out);
-            printf("quantize_types: python gguf (table decoder%s): %s", with ? ", imatrix" : "",
-                   out ? out : "(no output)\n");
-            ck_assert_msg(rc == 0, "%s: %s", cmd, out ? out : "");
-            free(out);
-            remove(bp);
-            remove(fp);
+            tv_python_compare(with ? "quantize_types (imatrix)" : "quantize_types", t->id, b, n);
         }
     }
     free(x);
-    free(y);
     free(im);
     free(b);
 }
