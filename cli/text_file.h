@@ -19,6 +19,12 @@ int cli_parse_chunks(const char *cmd, int argc, char **argv, int *i, int *max_wi
 /* The whole file, NUL-terminated (*len bytes); NULL with err set. */
 char *cli_read_text(const char *path, size_t *len, strata_error *err);
 
+/* The command's text (-f, o->file): read whole and not empty, and the
+ * model path defaulted (the text first: a missing file should not cost a
+ * model load).  NULL after printing why ("strata-cli CMD: ..."; the
+ * command exits 1). */
+char *cli_load_text(cli_opts *o, const char *cmd, size_t *len);
+
 /* Open o's engine (a warning line for what it ignored, as every command),
  * one sequence on it, and text's tokens — BOS first when the model's
  * tokenizer adds one (*add_bos says so; a window that starts mid-text gets
@@ -28,5 +34,12 @@ char *cli_read_text(const char *path, size_t *len, strata_error *err);
 int cli_open_on_text(cli_opts *o, const char *cmd, const char *text, size_t text_len,
                      strata_engine **e, strata_seq **seq, tok_ids *ids, int *add_bos,
                      strata_error *err);
+
+/* Read window w of ids (ctx tokens from w * ctx) into seq from empty,
+ * logits as strata_seq_feed.  With add_bos, bos is written over the
+ * window's first token for the feed (as llama.cpp does: that token is
+ * context only, never scored) and put back after. */
+int cli_feed_window(strata_seq *seq, tok_ids *ids, int w, int ctx, int add_bos, int32_t bos,
+                    float *logits, strata_error *err);
 
 #endif
