@@ -135,6 +135,47 @@ int qgrid_group(const qgrid *t, const float *tv, const float *u, float id, float
     return gi;
 }
 
+float qgrid_trials(const qgrid *t, int ngroups, const float *tv, const float *u, const float *w,
+                   float base, float step, int lo, int hi, float amax, float scale, int8_t *L,
+                   int *on)
+{
+    const int g = t->gsize, n = ngroups * g;
+    int8_t La[32];
+    int on_a[32];
+    float best = 0, a, c;
+    for (int is = lo; is <= hi; is++) {
+        const float id = (base + is * step) / amax, s = 1 / id;
+        for (int k = 0; k < ngroups; k++)
+            qgrid_group(t, tv + g * k, u + g * k, id, s, La + g * k, &on_a[k]);
+        qgrid_sums(n, w, tv, La, &a, &c);
+        if (c > 0 && a * a > best * c) {
+            scale = a / c;
+            best = scale * a;
+            memcpy(L, La, (size_t)n);
+            memcpy(on, on_a, (size_t)ngroups * sizeof *on);
+        }
+    }
+    return scale;
+}
+
+float qgrid_refit(const qgrid *t, int ngroups, const float *tv, const float *u, const float *w,
+                  const int *on, int all, float scale, int8_t *L)
+{
+    const int g = t->gsize;
+    int off = 0, dummy;
+    for (int k = 0; k < ngroups; k++)
+        off += !on[k];
+    if (!off || scale <= 0)
+        return scale;
+    const float id = 1 / scale;
+    for (int k = 0; k < ngroups; k++)
+        if (all || !on[k])
+            qgrid_group(t, tv + g * k, u + g * k, id, scale, L + g * k, &dummy);
+    float a, c;
+    qgrid_sums(ngroups * g, w, tv, L, &a, &c);
+    return c > 0 ? a / c : scale;
+}
+
 int qgrid_index(const qgrid *t, const int8_t *L)
 {
     int code = 0;

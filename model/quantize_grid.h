@@ -48,6 +48,23 @@ void qgrid_init(qgrid *t, const int *lev);
 int qgrid_group(const qgrid *t, const float *tv, const float *u, float id, float s, int8_t *L,
                 int *on_grid);
 
+/* The trial-scale search over ngroups consecutive groups (n = ngroups *
+ * gsize <= 32 elements): for is = lo..hi the inverse scale
+ * id = (base + is*step)/amax, every group snapped at id (qgrid_group with
+ * s = 1/id), scored by the least-squares gain (sum w t q)^2 / sum w q^2;
+ * the best trial's levels go to L and its on-grid flags to on, and its
+ * scale sum w t q / sum w q^2 is returned.  Without an accepted trial L,
+ * on and `scale` are left as the caller set them. */
+float qgrid_trials(const qgrid *t, int ngroups, const float *tv, const float *u, const float *w,
+                   float base, float step, int lo, int hi, float amax, float scale, int8_t *L,
+                   int *on);
+
+/* The refinement after qgrid_trials: when scale > 0 and a group was off
+ * the grid, snap again at 1/scale every group (all) or the off-grid ones
+ * (!all) and refit the scale; returns it (unchanged otherwise). */
+float qgrid_refit(const qgrid *t, int ngroups, const float *tv, const float *u, const float *w,
+                  const int *on, int all, float scale, int8_t *L);
+
 /* The grid index of a group's levels L (a grid point; 0 if not). */
 int qgrid_index(const qgrid *t, const int8_t *L);
 

@@ -65,7 +65,7 @@ static void iq2_xxs_block(const float *x, const float *qw, uint8_t *b)
     const qgrid *t = &t_xxs;
     uint32_t q2[16] = {0};
     float scales[8], w[32], u[32], tv[32];
-    int8_t L[32], La[32];
+    int8_t L[32];
     uint8_t signs[4];
     const float sigma2 = block_sumx2(x) / QK_K;
     float max_scale = 0;
@@ -88,32 +88,16 @@ static void iq2_xxs_block(const float *x, const float *qw, uint8_t *b)
         const float em = scale * 3;
         if (em <= 0)
             continue;
-        float best = 0, a, c;
-        int on;
+        /* 13 trials, then all four groups again at the chosen scale (marked
+         * off the grid, so that qgrid_refit redoes every one) */
+        int on[4] = {0}, gi[4];
         memset(L, 0, sizeof L);
-        for (int is = -6; is <= 6; is++) {
-            const float id = (5 + is * 0.1f) / em, s = 1 / id;
-            for (int k = 0; k < 4; k++)
-                qgrid_group(t, tv + 8 * k, u + 8 * k, id, s, La + 8 * k, &on);
-            qgrid_sums(32, w, tv, La, &a, &c);
-            if (c > 0 && a * a > best * c) {
-                scale = a / c;
-                best = scale * a;
-                memcpy(L, La, sizeof L);
-            }
-        }
-        int gi[4];
-        if (scale > 0) { /* all four groups again at the chosen scale */
-            const float id = 1 / scale;
-            for (int k = 0; k < 4; k++)
-                gi[k] = qgrid_group(t, tv + 8 * k, u + 8 * k, id, scale, L + 8 * k, &on);
-            qgrid_sums(32, w, tv, L, &a, &c);
-            if (c > 0)
-                scale = a / c;
-        } else { /* levels of the kept candidate: grid points already */
-            for (int k = 0; k < 4; k++)
-                gi[k] = qgrid_index(t, L + 8 * k);
-        }
+        scale = qgrid_trials(t, 4, tv, u, w, 5, 0.1f, -6, 6, em, scale, L, on);
+        for (int k = 0; k < 4; k++)
+            on[k] = 0;
+        scale = qgrid_refit(t, 4, tv, u, w, on, 1, scale, L);
+        for (int k = 0; k < 4; k++)
+            gi[k] = qgrid_index(t, L + 8 * k); /* grid points, redone or kept */
         if (scale < 0) { /* scales are unsigned: flip the signs instead */
             scale = -scale;
             for (int k = 0; k < 4; k++)
@@ -165,38 +149,16 @@ void quant_row_iq2_xxs(const float *src, void *dst, int64_t n, const float *imat
 static float iq2_sub16(const qgrid *t, const float *tv, const float *w,
                        const float *u, float eps, uint8_t *signs, int parity, int *gi)
 {
-    int8_t L[16] = {0}, La[16];
-    int on[2] = {1, 1}, on_a[2];
+    int8_t L[16] = {0};
+    int on[2] = {1, 1};
     float max = tv[0];
     for (int i = 1; i < 16; i++)
         max = tv[i] > max ? tv[i] : max;
     gi[0] = gi[1] = -1;
     if (max < eps)
         return 0;
-    float best = 0, scale = max / 5, a, c;
-    for (int is = -9; is <= 9; is++) {
-        const float id = (5 + is * 0.1f) / max, s = 1 / id;
-        for (int k = 0; k < 2; k++)
-            qgrid_group(t, tv + 8 * k, u + 8 * k, id, s, La + 8 * k, &on_a[k]);
-        qgrid_sums(16, w, tv, La, &a, &c);
-        if (c > 0 && a * a > best * c) {
-            scale = a / c;
-            best = scale * a;
-            memcpy(L, La, sizeof L);
-            on[0] = on_a[0];
-            on[1] = on_a[1];
-        }
-    }
-    if ((!on[0] || !on[1]) && scale > 0) {
-        const float id = 1 / scale;
-        int dummy;
-        for (int k = 0; k < 2; k++)
-            if (!on[k])
-                qgrid_group(t, tv + 8 * k, u + 8 * k, id, scale, L + 8 * k, &dummy);
-        qgrid_sums(16, w, tv, L, &a, &c);
-        if (c > 0)
-            scale = a / c;
-    }
+    float scale = qgrid_trials(t, 2, tv, u, w, 5, 0.1f, -9, 9, max, max / 5, L, on);
+    scale = qgrid_refit(t, 2, tv, u, w, on, 0, scale, L);
     if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 2; k++)

@@ -53,8 +53,8 @@ static void t3_init(void)
 static float t3_sub(const float *xb, const float *w, int *gi, uint8_t *signs)
 {
     float u[32], tv[32];
-    int8_t L[32] = {0}, La[32];
-    int on[8], on_a[8], dummy;
+    int8_t L[32] = {0};
+    int on[8];
     for (int i = 0; i < 32; i++)
         u[i] = sqrtf(w[i]);
     qgrid_signs(32, xb, w, 0, tv, signs);
@@ -63,32 +63,10 @@ static float t3_sub(const float *xb, const float *w, int *gi, uint8_t *signs)
         max = tv[i] > max ? tv[i] : max;
     if (!max)
         return -1;
-    float best = 0, scale = max / 15, A, B;
     for (int k = 0; k < 8; k++)
-        on[k] = 0;
-    for (int is = -9; is <= 9; is++) {
-        const float id = (15 + is * 0.2f) / max, s = 1 / id;
-        for (int k = 0; k < 8; k++)
-            qgrid_group(&t3, tv + 4 * k, u + 4 * k, id, s, La + 4 * k, &on_a[k]);
-        qgrid_sums(32, w, tv, La, &A, &B);
-        if (B > 0 && A * A > best * B) {
-            scale = A / B;
-            best = scale * A;
-            memcpy(L, La, sizeof L);
-            memcpy(on, on_a, sizeof on);
-        }
-    }
-    int off = 0;
-    for (int k = 0; k < 8; k++)
-        off += !on[k];
-    if (off > 0 && scale > 0) { /* ggml redoes all eight groups here */
-        const float id = 1 / scale;
-        for (int k = 0; k < 8; k++)
-            qgrid_group(&t3, tv + 4 * k, u + 4 * k, id, scale, L + 4 * k, &dummy);
-        qgrid_sums(32, w, tv, L, &A, &B);
-        if (B > 0)
-            scale = A / B;
-    }
+        on[k] = 0; /* no trial accepted: every group counts as off */
+    float scale = qgrid_trials(&t3, 8, tv, u, w, 15, 0.2f, -9, 9, max, max / 15, L, on);
+    scale = qgrid_refit(&t3, 8, tv, u, w, on, 1, scale, L); /* ggml redoes all eight */
     if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; k++)
