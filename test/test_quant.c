@@ -12,7 +12,7 @@
 #include "model/quant.h"
 #include "model/quant_codecs.h"
 #include "model/make/quantize.h"
-#include "test_quant_util.h"
+#include "test_quant.h"
 
 /* ---- test vectors --------------------------------------------------------- */
 

@@ -1,14 +1,34 @@
-/* test_quant_util.c: see test_quant_util.h. */
-#include "test_quant_util.h"
+/* test_quant.h: what the quantizer suites share (test_quant.c,
+ * test_quantize_types.c): the reader of the test-vector files, the
+ * relative error of a round trip, and the comparison with the Python gguf
+ * package's decoders. */
+#ifndef STRATA_TEST_QUANT_H
+#define STRATA_TEST_QUANT_H
 
+#include <check.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/quant.h"
 #include "testutil.h"
 
-static float *parse_floats(const char *s, int n)
+/* One record of a test-vector file (test/data/testvectors.txt,
+ * test/data/quant_vectors.txt): a line 'case KIND TYPE N' (KIND quant or
+ * dequant), then any of 'in', 'out', 'imatrix' (N floats each) and 'bytes'
+ * (hex).  What a record lacks stays NULL. */
+typedef struct tv_case {
+    char kind[16], type[16];
+    int n;
+    float *in, *out, *imatrix;
+    uint8_t *bytes;
+    size_t nbytes;
+} tv_case;
+
+static inline float *tv_parse_floats(const char *s, int n)
 {
     float *v = calloc((size_t)n, sizeof *v);
     ck_assert(v);
@@ -21,7 +41,7 @@ static float *parse_floats(const char *s, int n)
     return v;
 }
 
-static uint8_t *parse_hex(const char *s, size_t *len)
+static inline uint8_t *tv_parse_hex(const char *s, size_t *len)
 {
     size_t n = strcspn(s, "\r\n") / 2;
     uint8_t *b = malloc(n ? n : 1);
@@ -35,7 +55,9 @@ static uint8_t *parse_hex(const char *s, size_t *len)
     return b;
 }
 
-int tv_load(const char *name, tv_case *cases, int max)
+/* Read every record of test/data/NAME into cases (at most max; more fails
+ * the test); returns the count. */
+static inline int tv_load(const char *name, tv_case *cases, int max)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/test/data/%s", test_root(), name);
@@ -50,20 +72,20 @@ int tv_load(const char *name, tv_case *cases, int max)
             ck_assert(sscanf(line, "case %15s %15s %d", cases[nc].kind, cases[nc].type,
                              &cases[nc].n) == 3);
         } else if (nc >= 0 && !strncmp(line, "in ", 3)) {
-            cases[nc].in = parse_floats(line + 3, cases[nc].n);
+            cases[nc].in = tv_parse_floats(line + 3, cases[nc].n);
         } else if (nc >= 0 && !strncmp(line, "out ", 4)) {
-            cases[nc].out = parse_floats(line + 4, cases[nc].n);
+            cases[nc].out = tv_parse_floats(line + 4, cases[nc].n);
         } else if (nc >= 0 && !strncmp(line, "imatrix ", 8)) {
-            cases[nc].imatrix = parse_floats(line + 8, cases[nc].n);
+            cases[nc].imatrix = tv_parse_floats(line + 8, cases[nc].n);
         } else if (nc >= 0 && !strncmp(line, "bytes ", 6)) {
-            cases[nc].bytes = parse_hex(line + 6, &cases[nc].nbytes);
+            cases[nc].bytes = tv_parse_hex(line + 6, &cases[nc].nbytes);
         }
     }
     fclose(f);
     return nc + 1;
 }
 
-void tv_free(tv_case *c)
+static inline void tv_free(tv_case *c)
 {
     free(c->in);
     free(c->out);
@@ -71,8 +93,11 @@ void tv_free(tv_case *c)
     free(c->bytes);
 }
 
-double tv_round_trip_rel(quant_row_fn q, int type, const float *x, int64_t n, const float *im,
-                         int64_t from, int64_t to)
+/* ||decode(q(x)) - x|| / ||x|| over elements [from, to) of an n-element row
+ * of `type`, decoded by the traits table (every decoded value must be
+ * finite). */
+static inline double tv_round_trip_rel(quant_row_fn q, int type, const float *x, int64_t n,
+                                       const float *im, int64_t from, int64_t to)
 {
     const type_traits *t = type_traits_get(type);
     ck_assert_msg(t && t->dequant, "type %d (%s): no decoder", type, type_name(type));
@@ -82,18 +107,22 @@ double tv_round_trip_rel(quant_row_fn q, int type, const float *x, int64_t n, co
     q(x, b, n, im);
     t->dequant(b, y, n);
     double se = 0, sx = 0;
+    int64_t bad = -1; /* one check after the loop: a check per element
+                       * would cost a message to libcheck's parent each */
     for (int64_t i = from; i < to; i++) {
-        ck_assert_msg(isfinite(y[i]), "%s: element %lld decodes to %g", type_name(type),
-                      (long long)i, y[i]);
+        if (bad < 0 && !isfinite(y[i]))
+            bad = i;
         se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
         sx += (double)x[i] * x[i];
     }
+    ck_assert_msg(bad < 0, "%s: element %lld decodes to %g", type_name(type), (long long)bad,
+                  bad < 0 ? 0.0 : y[bad]);
     free(b);
     free(y);
     return sqrt(se / sx);
 }
 
-static void write_file(const char *path, const void *p, size_t n)
+static inline void tv_write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
     ck_assert_msg(f != NULL, "cannot write %s", path);
@@ -101,7 +130,12 @@ static void write_file(const char *path, const void *p, size_t n)
     fclose(f);
 }
 
-void tv_python_compare(const char *who, int type, const void *blocks, int64_t n)
+/* Decode n elements of `type` from blocks with the traits table, write the
+ * blocks and the floats to files under test_tmpdir() (removed after), and
+ * have test/scripts/quant_check.py decode the blocks with
+ * gguf.quants.dequantize and compare bit for bit; prints "WHO: python gguf:
+ * " and its verdict.  The caller skips without python3, gguf and numpy. */
+static inline void tv_python_compare(const char *who, int type, const void *blocks, int64_t n)
 {
     const type_traits *t = type_traits_get(type);
     ck_assert_msg(t && t->dequant, "type %d: no decoder", type);
@@ -111,8 +145,8 @@ void tv_python_compare(const char *who, int type, const void *blocks, int64_t n)
     float *y = malloc((size_t)n * sizeof *y);
     ck_assert(y);
     t->dequant(blocks, y, n);
-    write_file(bpath, blocks, type_row_bytes(t->id, n));
-    write_file(fpath, y, (size_t)n * sizeof *y);
+    tv_write_file(bpath, blocks, type_row_bytes(t->id, n));
+    tv_write_file(fpath, y, (size_t)n * sizeof *y);
     free(y);
     snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py compare %s %s %s",
              test_root(), t->name, bpath, fpath);
@@ -124,3 +158,5 @@ void tv_python_compare(const char *who, int type, const void *blocks, int64_t n)
     ck_assert_msg(rc == 0, "%s: %s", cmd, out ? out : "");
     free(out);
 }
+
+#endif
