@@ -58,17 +58,11 @@ int cmd_imatrix(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--chunks")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || !*argv[i + 1] || *end || v < 1 || v > 1 << 30) {
-                fprintf(stderr, "strata-cli imatrix: --chunks needs an integer >= 1\n");
-                return 2;
-            }
-            max_windows = (int)v;
-            i++;
+        int c = cli_parse_chunks("imatrix", argc, argv, &i, &max_windows);
+        if (c < 0)
+            return 2;
+        if (c > 0)
             continue;
-        }
         if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "strata-cli imatrix: %s needs a value\n", argv[i]);
@@ -104,18 +98,10 @@ int cmd_imatrix(int argc, char **argv)
     o.ep.backend = STRATA_BACKEND_CPU;
     o.ep.n_ctx = ctx;
     size_t text_len = 0;
+    char *text = cli_load_text(&o, "imatrix", &text_len);
+    if (!text)
+        return 1;
     strata_error err = {0};
-    char *text = cli_read_text(o.file, &text_len, &err);
-    if (!text) {
-        fprintf(stderr, "strata-cli imatrix: %s\n", err.msg);
-        return 1;
-    }
-    if (text_len == 0 || cli_opts_default_model(&o, "imatrix")) {
-        if (!text_len)
-            fprintf(stderr, "strata-cli imatrix: text '%s' is empty\n", o.file);
-        free(text);
-        return 1;
-    }
     if (!o.ep.quiet)
         o.ep.progress = cli_progress;
     imatrix *im = imatrix_new();
@@ -149,13 +135,7 @@ int cmd_imatrix(int argc, char **argv)
             n_windows, ctx, add_bos ? " (bos first)" : "");
     const double t0 = strata_now();
     for (int w = 0; w < n_windows; w++) {
-        int32_t *win = ids.ids + (size_t)w * ctx;
-        const int32_t saved = win[0];
-        if (add_bos)
-            win[0] = tokenizer_bos(tok);
-        strata_seq_reset(seq);
-        rc = strata_seq_feed(seq, win, ctx, NULL, NULL, &err);
-        win[0] = saved;
+        rc = cli_feed_window(seq, &ids, w, ctx, add_bos, tokenizer_bos(tok), NULL, &err);
         if (!rc)
             rc = imatrix_status(im, &err);
         if (rc) {

@@ -89,17 +89,11 @@ int cmd_perplexity(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--chunks")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || !*argv[i + 1] || *end || v < 1 || v > 1 << 30) {
-                fprintf(stderr, "strata-cli perplexity: --chunks needs an integer >= 1\n");
-                return 2;
-            }
-            max_windows = (int)v;
-            i++;
+        int c = cli_parse_chunks("perplexity", argc, argv, &i, &max_windows);
+        if (c < 0)
+            return 2;
+        if (c > 0)
             continue;
-        }
         int r = cli_opts_parse(&o, "perplexity", argc, argv, &i);
         if (r < 0)
             return 2;
@@ -120,23 +114,11 @@ int cmd_perplexity(int argc, char **argv)
         return 2;
     }
     o.ep.n_ctx = ctx;
-    strata_error err = {0};
-    /* The text first: a missing file should not cost a model load. */
     size_t text_len = 0;
-    char *text = cli_read_text(o.file, &text_len, &err);
-    if (!text) {
-        fprintf(stderr, "strata-cli perplexity: %s\n", err.msg);
+    char *text = cli_load_text(&o, "perplexity", &text_len);
+    if (!text)
         return 1;
-    }
-    if (text_len == 0) {
-        fprintf(stderr, "strata-cli perplexity: text '%s' is empty\n", o.file);
-        free(text);
-        return 1;
-    }
-    if (cli_opts_default_model(&o, "perplexity")) {
-        free(text);
-        return 1;
-    }
+    strata_error err = {0};
     if (!o.ep.quiet)
         o.ep.progress = cli_progress;
 
@@ -176,17 +158,10 @@ int cmd_perplexity(int argc, char **argv)
     ppl_acc acc = {0, 0, 0};
     double t_feed = 0;
     for (int w = 0; w < n_windows; w++) {
-        int32_t *win = ids.ids + (size_t)w * ctx;
-        /* llama.cpp replaces the window's first token with bos (the token
-         * it overwrites is context only, never scored) */
-        int32_t saved = win[0];
-        if (add_bos)
-            win[0] = tokenizer_bos(tok);
-        strata_seq_reset(seq);
+        const int32_t *win = ids.ids + (size_t)w * ctx;
         double t0 = strata_now();
-        rc = strata_seq_feed(seq, win, ctx, NULL, logits, &err);
+        rc = cli_feed_window(seq, &ids, w, ctx, add_bos, tokenizer_bos(tok), logits, &err);
         t_feed += strata_now() - t0;
-        win[0] = saved;
         if (rc) {
             fprintf(stderr, "\nstrata-cli perplexity: window %d: %s\n", w + 1, err.msg);
             goto done;

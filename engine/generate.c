@@ -61,7 +61,7 @@ int strata_generate(strata_seq *s, const int32_t *prompt, int n_prompt, sampler 
             break;
         }
         /* A full context ends the answer (finish "length"), as in the
-         * scheduler (sched/scheduler.c, slot_take_token): the answer so far
+         * scheduler (sched/sched_step.c, slot_take_token): the answer so far
          * stands and is not an error; the last token, seen by the caller,
          * has no room in the history. */
         if (strata_seq_len(s) + 1 > strata_n_ctx(e)) {

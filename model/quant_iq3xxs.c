@@ -19,6 +19,7 @@
 
 #include "model/quant.h"
 #include "model/quant_codecs.h"
+#include "model/quantize_grid.h"
 
 /* ---- decode -------------------------------------------------------------- */
 
@@ -291,32 +292,7 @@ static float iq3_quantize_sub(const float *x, const float *qw, float sigma2,
     /* signs per 8-group; an odd count of negatives flips the least
      * important element, which is then reconstructed with the wrong sign,
      * so its target becomes -|x| */
-    for (int k = 0; k < 4; k++) {
-        int nneg = 0;
-        uint8_t s = 0;
-        for (int i = 0; i < 8; i++) {
-            const float v = x[8 * k + i];
-            t[8 * k + i] = v >= 0 ? v : -v;
-            if (v < 0) {
-                nneg++;
-                s |= (uint8_t)(1 << i);
-            }
-        }
-        if (nneg % 2) {
-            int imin = 0;
-            float min = w[8 * k] * x[8 * k] * x[8 * k];
-            for (int i = 1; i < 8; i++) {
-                const float a = w[8 * k + i] * x[8 * k + i] * x[8 * k + i];
-                if (a < min) {
-                    min = a;
-                    imin = i;
-                }
-            }
-            t[8 * k + imin] = -t[8 * k + imin];
-            s ^= (uint8_t)(1 << imin);
-        }
-        sg[k] = s & 127;
-    }
+    qgrid_signs(32, x, w, 1, t, sg);
     float m = t[0];
     for (int i = 1; i < 32; i++)
         m = t[i] > m ? t[i] : m;

@@ -8,7 +8,8 @@
  * per 256.  Per sub-block: 19 trial inverse scales around 15/max; each
  * group's levels are rounded, and a level pattern that is not a grid point
  * takes the best of its nearest grid points (the three smallest distances,
- * listed at start-up) under weights sqrt(w); the trial with the best
+ * listed at start-up; the grid search in quantize_grid.c, which the IQ2
+ * quantizers share) under weights sqrt(w); the trial with the best
  * weighted least-squares fit is kept and all eight groups are redone at its
  * scale.
  *
@@ -22,133 +23,29 @@
  * bytes.  The two differ only in blocks with an all-zero sub-block. */
 #include "model/quantize_types.h"
 
-#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "model/quant.h"
 #include "model/quant_codecs.h"
+#include "model/quantize_grid.h"
 
-static const uint32_t grid3s[512] = {
-#include "model/iq3s_grid.inc"
-};
-
-/* Neighbour storage: measured total for this grid ~15k entries plus one
- * count per off-grid code; the cap leaves room and is checked. */
-#define IQ3S_NB_CAP 65536
-
-static struct {
-    uint8_t lev[512][4];
-    int32_t map[4096];         /* grid index, or -(offset into nb) - 1 */
-    uint16_t nb[IQ3S_NB_CAP];  /* per off-grid code: count, then indices */
-    int ok;
-} t3;
+/* The grid (model/iq_grids.c) as a search table: odd magnitudes 1..15 are
+ * levels 0..7; neighbour lists at the three smallest distances. */
+static qgrid t3 = {.ngrid = 512, .gsize = 4, .bits = 3, .maxlev = 7, .nwant = 3};
 
 static pthread_once_t t3_once = PTHREAD_ONCE_INIT;
 
 static void t3_init(void)
 {
-    for (int c = 0; c < 4096; c++)
-        t3.map[c] = -1;
-    for (int j = 0; j < 512; j++) {
-        int code = 0;
+    int lev[512 * 4];
+    for (int j = 0; j < 512; j++)
         for (int k = 0; k < 4; k++) {
-            const unsigned mag = (grid3s[j] >> 8 * k) & 0xff;
-            if (!(mag & 1) || mag > 15)
-                return; /* t3.ok stays 0: not an IQ3_S grid */
-            t3.lev[j][k] = (uint8_t)((mag - 1) / 2);
-            code |= t3.lev[j][k] << 3 * k;
+            const unsigned mag = (iq3s_grid[j] >> 8 * k) & 0xff;
+            lev[4 * j + k] = (mag & 1) && mag <= 15 ? (int)(mag - 1) / 2 : -1;
         }
-        t3.map[code] = j;
-    }
-    size_t used = 0;
-    for (int c = 0; c < 4096; c++) {
-        if (t3.map[c] >= 0)
-            continue;
-        /* the three smallest distinct squared distances, ascending, then
-         * every point at each of them in index order */
-        int dist[512], dm[3] = {INT32_MAX, INT32_MAX, INT32_MAX};
-        for (int j = 0; j < 512; j++) {
-            int s = 0;
-            for (int k = 0; k < 4; k++) {
-                const int diff = 2 * (t3.lev[j][k] - ((c >> 3 * k) & 7));
-                s += diff * diff;
-            }
-            dist[j] = s;
-            for (int m = 0; m < 3; m++) {
-                if (s == dm[m])
-                    break;
-                if (s < dm[m]) {
-                    for (int r = 2; r > m; r--)
-                        dm[r] = dm[r - 1];
-                    dm[m] = s;
-                    break;
-                }
-            }
-        }
-        const size_t start = used++;
-        int n = 0;
-        for (int m = 0; m < 3 && dm[m] != INT32_MAX; m++)
-            for (int j = 0; j < 512; j++)
-                if (dist[j] == dm[m]) {
-                    if (used >= IQ3S_NB_CAP)
-                        return;
-                    t3.nb[used++] = (uint16_t)j;
-                    n++;
-                }
-        t3.nb[start] = (uint16_t)n;
-        t3.map[c] = -(int32_t)start - 1;
-    }
-    t3.ok = 1;
-}
-
-/* Levels of one 4-group at inverse scale id, snapped to the best neighbour
- * under scale s when off the grid; returns the grid index. */
-static int t3_group(const float *tv, const float *u, float id, float s, int8_t *L,
-                    int *on_grid)
-{
-    int code = 0;
-    for (int k = 0; k < 4; k++) {
-        int l = quant_nearest_int(0.5f * (id * tv[k] - 1));
-        l = l < 0 ? 0 : l > 7 ? 7 : l;
-        L[k] = (int8_t)l;
-        code |= l << 3 * k;
-    }
-    const int32_t m = t3.map[code];
-    *on_grid = m >= 0;
-    if (m >= 0)
-        return m;
-    const uint16_t *nb = t3.nb + (-m - 1);
-    float best = FLT_MAX;
-    int gi = nb[1];
-    for (int j = 1; j <= nb[0]; j++) {
-        float d2 = 0;
-        for (int k = 0; k < 4; k++) {
-            const float q = (float)(2 * t3.lev[nb[j]][k] + 1);
-            const float diff = s * q - tv[k];
-            d2 += u[k] * diff * diff;
-        }
-        if (d2 < best) {
-            best = d2;
-            gi = nb[j];
-        }
-    }
-    for (int k = 0; k < 4; k++)
-        L[k] = (int8_t)t3.lev[gi][k];
-    return gi;
-}
-
-static void t3_sums(const float *w, const float *tv, const int8_t *L, float *A, float *B)
-{
-    float a = 0, b = 0;
-    for (int i = 0; i < 32; i++) {
-        const float q = 2 * L[i] + 1;
-        a += w[i] * tv[i] * q;
-        b += w[i] * q * q;
-    }
-    *A = a;
-    *B = b;
+    qgrid_init(&t3, lev);
 }
 
 /* One 32-element sub-block: 8 grid indices and 4 sign bytes; returns the
@@ -156,60 +53,27 @@ static void t3_sums(const float *w, const float *tv, const int8_t *L, float *A, 
 static float t3_sub(const float *xb, const float *w, int *gi, uint8_t *signs)
 {
     float u[32], tv[32];
-    int8_t L[32] = {0}, La[32];
-    int on[8], on_a[8], dummy;
+    int8_t L[32] = {0};
+    int on[8];
     for (int i = 0; i < 32; i++)
         u[i] = sqrtf(w[i]);
-    for (int k = 0; k < 4; k++) {
-        uint8_t s = 0;
-        for (int i = 0; i < 8; i++) {
-            const float v = xb[8 * k + i];
-            tv[8 * k + i] = v >= 0 ? v : -v;
-            if (v < 0)
-                s |= (uint8_t)(1 << i);
-        }
-        signs[k] = s;
-    }
+    qgrid_signs(32, xb, w, 0, tv, signs);
     float max = tv[0];
     for (int i = 1; i < 32; i++)
         max = tv[i] > max ? tv[i] : max;
     if (!max)
         return -1;
-    float best = 0, scale = max / 15, A, B;
     for (int k = 0; k < 8; k++)
-        on[k] = 0;
-    for (int is = -9; is <= 9; is++) {
-        const float id = (15 + is * 0.2f) / max, s = 1 / id;
-        for (int k = 0; k < 8; k++)
-            t3_group(tv + 4 * k, u + 4 * k, id, s, La + 4 * k, &on_a[k]);
-        t3_sums(w, tv, La, &A, &B);
-        if (B > 0 && A * A > best * B) {
-            scale = A / B;
-            best = scale * A;
-            memcpy(L, La, sizeof L);
-            memcpy(on, on_a, sizeof on);
-        }
-    }
-    int off = 0;
-    for (int k = 0; k < 8; k++)
-        off += !on[k];
-    if (off > 0 && scale > 0) { /* ggml redoes all eight groups here */
-        const float id = 1 / scale;
-        for (int k = 0; k < 8; k++)
-            t3_group(tv + 4 * k, u + 4 * k, id, scale, L + 4 * k, &dummy);
-        t3_sums(w, tv, L, &A, &B);
-        if (B > 0)
-            scale = A / B;
-    }
+        on[k] = 0; /* no trial accepted: every group counts as off */
+    float scale = qgrid_trials(&t3, 8, tv, u, w, 15, 0.2f, -9, 9, max, max / 15, L, on);
+    scale = qgrid_refit(&t3, 8, tv, u, w, on, 1, scale, L); /* ggml redoes all eight */
     if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; k++)
             signs[k] = (uint8_t)~signs[k];
     }
-    for (int k = 0; k < 8; k++) {
-        const int code = L[4 * k] | L[4 * k + 1] << 3 | L[4 * k + 2] << 6 | L[4 * k + 3] << 9;
-        gi[k] = t3.map[code] >= 0 ? t3.map[code] : 0; /* always a grid point */
-    }
+    for (int k = 0; k < 8; k++)
+        gi[k] = qgrid_index(&t3, L + 4 * k); /* always a grid point */
     return scale;
 }
 

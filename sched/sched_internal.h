@@ -1,6 +1,7 @@
-/* sched_internal.h: what scheduler.c (the request API and the step loop)
- * and sched_slots.c (which slot a request takes, resident reuse, and KV
- * room: eviction and parking) share.  Not public.
+/* sched_internal.h: what scheduler.c (the request API), sched_step.c (the
+ * orchestration thread's step loop) and sched_slots.c (which slot a request
+ * takes, resident reuse, and KV room: eviction and parking) share.  Not
+ * public.
  *
  * Ownership: a handle's request state (prompt, sampler, text decoder,
  * resume tokens) is read and written by the orchestration thread only, from
@@ -103,6 +104,17 @@ struct strata_sched {
 
 /* ---- scheduler.c ---------------------------------------------------------- */
 
+/* The request is over: publish the result, wake its readers, and drop the
+ * scheduler's reference.  t_end: strata_now() when it ended. */
+void sched_handle_finish(sched_handle *h, int finish, const strata_error *err, double t_end);
+/* Queue mode: append a token for sched_next (0, or STRATA_E_NOMEM). */
+int sched_handle_push(sched_handle *h, int32_t tok);
+
+/* ---- sched_step.c ---------------------------------------------------------- */
+
+/* The orchestration thread (arg: the strata_sched), until sched_free stops
+ * it: then what is left ends as cancelled and the slots are saved. */
+void *sched_main(void *arg);
 /* The request is over: leave its conversation resident in the slot, or
  * capture it (cache on, resident reuse off) and empty the slot; publish the
  * counters; then publish the result and wake its readers, last, so that

@@ -1,6 +1,6 @@
 /* sched_slots.c: which slot a request takes, and room in the KV pool.
  *
- * Resident reuse.  A finished conversation stays in its slot (scheduler.c,
+ * Resident reuse.  A finished conversation stays in its slot (sched_step.c,
  * sched_slot_finish); a follow-up whose tokens begin with it takes that
  * slot and reads only what is new.  Nothing is copied: the K/V is where the
  * forward pass left it, so the output is the output of one long sequence.

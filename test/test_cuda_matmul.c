@@ -24,30 +24,6 @@ static const int64_t mm_shapes[][3] = {
 };
 #define MM_NSHAPES ((int)(sizeof mm_shapes / sizeof mm_shapes[0]))
 
-/* n tokens x rows outputs of two kernels, equal bit for bit. */
-static void assert_bitwise(int type, const float *a, const char *an, const float *b, const char *bn, int64_t n,
-                           int64_t rows)
-{
-    for (int64_t i = 0; i < n * rows; i++)
-        ck_assert_msg(!memcmp(&a[i], &b[i], sizeof *a), "%s: token %lld row %lld: %s %.9g %s %.9g",
-                      type_name(type), (long long)(i / rows), (long long)(i % rows), an, a[i], bn, b[i]);
-}
-
-/* Run the prefill kernel; y on the host. */
-static void run_matmul(int type, void *dw, int64_t rows, int64_t cols, const float *dx, int64_t n, float *dy,
-                       float *y)
-{
-    strata_error err = {0};
-    const size_t sb = cuda_matmul_scratch_bytes(type, cols, n);
-    void *scratch = NULL;
-    if (sb)
-        ck_assert(cudaMalloc(&scratch, sb) == cudaSuccess);
-    cw_poison(dy, (size_t)(n * rows));
-    ck_assert_msg(cuda_matmul(type, dw, rows, cols, dx, n, dy, scratch, sb, 0, &err) == 0, "%s", err.msg);
-    cw_fetch(y, dy, (size_t)(n * rows));
-    cudaFree(scratch);
-}
-
 START_TEST(matmul_matches_reference)
 {
     const char *why;
@@ -57,27 +33,16 @@ START_TEST(matmul_matches_reference)
         for (int s = 0; s < (test_small() ? 2 : MM_NSHAPES); s++) {
             const int type = cw_types[ti];
             const int64_t rows = mm_shapes[s][0], cols = mm_shapes[s][1], n = mm_shapes[s][2];
-            uint8_t *w = cw_random_weights(type, rows, cols, 2000 + 10 * ti + s);
-            void *dw = cw_upload(type, rows, cols, w);
-            float *x = malloc(n * cols * sizeof *x), *ref = malloc(n * rows * sizeof *ref);
-            float *y = malloc(n * rows * sizeof *y);
-            test_fill_normal(x, (size_t)(n * cols), 1.0f, 31 + s);
-            cpu_matmul(type, w, rows, cols, x, n, ref);
-            float *dx = cw_dev_copy(x, n * cols * sizeof *x), *dy = NULL;
-            ck_assert(cudaMalloc((void **)&dy, n * rows * sizeof(float)) == cudaSuccess);
-            run_matmul(type, dw, rows, cols, dx, n, dy, y);
-            const double e = cw_rel_err(y, ref, (size_t)(n * rows));
+            cw_case c;
+            cw_case_init(&c, type, cw_random_weights(type, rows, cols, 2000 + 10 * ti + s), rows, cols, n, 31 + s,
+                         1);
+            cw_run_matmul(&c, n, c.y);
+            const double e = cw_rel_err(c.y, c.ref, (size_t)(n * rows));
             fprintf(stderr, "cuda_matmul %-7s %6lld x %-5lld n=%-4lld rel err %.3g\n", type_name(type),
                     (long long)rows, (long long)cols, (long long)n, e);
             ck_assert_msg(e < cw_tolerance(type), "%s %lld x %lld n=%lld: rel err %g", type_name(type),
                           (long long)rows, (long long)cols, (long long)n, e);
-            cudaFree(dw);
-            cudaFree(dx);
-            cudaFree(dy);
-            free(w);
-            free(x);
-            free(ref);
-            free(y);
+            cw_case_free(&c);
         }
 }
 END_TEST
@@ -92,31 +57,13 @@ START_TEST(matmul_equals_matvec_bitwise)
     const int64_t rows = 300, cols = 4864, n = 70;
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
-        uint8_t *w = cw_random_weights(type, rows, cols, 3000 + ti);
-        void *dw = cw_upload(type, rows, cols, w);
-        float *x = malloc(n * cols * sizeof *x), *y = malloc(n * rows * sizeof *y);
-        float *yv = malloc(n * rows * sizeof *yv);
-        test_fill_normal(x, (size_t)(n * cols), 1.0f, 77 + ti);
-        float *dx = cw_dev_copy(x, n * cols * sizeof *x), *dy = NULL;
-        ck_assert(cudaMalloc((void **)&dy, n * rows * sizeof(float)) == cudaSuccess);
-        run_matmul(type, dw, rows, cols, dx, n, dy, y);
-        strata_error err = {0};
-        cw_poison(dy, (size_t)(n * rows));
+        cw_case c;
+        cw_case_init(&c, type, cw_random_weights(type, rows, cols, 3000 + ti), rows, cols, n, 77 + ti, 0);
+        cw_run_matmul(&c, n, c.y);
         const int sizes[] = {8, 5, 3, 1, 7}; /* decode chunks of every size */
-        for (int64_t i = 0, j = 0; i < n; j++) {
-            const int k = (int)(n - i < sizes[j % 5] ? n - i : sizes[j % 5]);
-            ck_assert(cuda_matvec(type, dw, rows, cols, dx + i * cols, k, dy + i * rows, 0, &err) == 0);
-            i += k;
-        }
-        cw_fetch(yv, dy, (size_t)(n * rows));
-        assert_bitwise(type, y, "prefill", yv, "decode", n, rows);
-        cudaFree(dw);
-        cudaFree(dx);
-        cudaFree(dy);
-        free(w);
-        free(x);
-        free(y);
-        free(yv);
+        cw_decode_chunks(&c, n, sizes, 5, c.yv);
+        cw_assert_bitwise(type, "prefill vs decode", c.y, c.yv, n, rows);
+        cw_case_free(&c);
     }
 }
 END_TEST
@@ -150,68 +97,13 @@ START_TEST(grouped_equals_matvec_bitwise)
     enum { E = 7 };
     const int count[E] = {70, 0, 1, 64, 130, 9, 3};
     const int64_t rows = 300, cols = 1280;
-    int32_t off[E + 1] = {0};
-    for (int e = 0; e < E; e++)
-        off[e + 1] = off[e] + count[e];
-    const int64_t n = off[E];
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
         if (type == GGML_TYPE_F32)
             continue; /* not grouped: the engine keeps matvecs for F32 experts */
-        const size_t slab = cuda_weight_bytes(type, rows, cols);
-        const size_t hslab = type_row_bytes(type, cols) * (size_t)rows;
         uint8_t *w = cw_random_weights(type, rows * E, cols, 4000 + ti);
-        uint8_t *dw = NULL;
-        ck_assert(cudaMalloc((void **)&dw, slab * E) == cudaSuccess);
-        strata_error err = {0};
-        for (int e = 0; e < E; e++)
-            ck_assert_msg(cuda_weight_upload(type, rows, cols, w + e * hslab, dw + e * slab, 0, &err) == 0,
-                          "%s", err.msg);
-        float *x = malloc(n * cols * sizeof *x), *y = malloc(n * rows * sizeof *y);
-        float *yv = malloc(n * rows * sizeof *yv), *ref = malloc(n * rows * sizeof *ref);
-        test_fill_normal(x, (size_t)(n * cols), 1.0f, 91 + ti);
-        for (int e = 0; e < E; e++)
-            if (count[e])
-                cpu_matmul(type, w + e * hslab, rows, cols, x + off[e] * cols, count[e], ref + off[e] * rows);
-        float *dx = cw_dev_copy(x, n * cols * sizeof *x), *dy = NULL;
-        int32_t *doff = cw_dev_copy(off, sizeof off);
-        ck_assert(cudaMalloc((void **)&dy, n * rows * sizeof(float)) == cudaSuccess);
-        const size_t sb = cuda_matmul_grouped_scratch_bytes(type, cols, n);
-        void *scratch = NULL;
-        ck_assert(cudaMalloc(&scratch, sb) == cudaSuccess);
-        cw_poison(dy, (size_t)(n * rows));
-        ck_assert_msg(cuda_matmul_grouped(type, dw, rows, cols, E, doff, dx, n, dy, scratch, sb, 0, &err) == 0,
-                      "%s", err.msg);
-        cw_fetch(y, dy, (size_t)(n * rows));
-        const double rel = cw_rel_err(y, ref, (size_t)(n * rows));
-        fprintf(stderr, "cuda_matmul_grouped %-7s %d experts, %lld tokens: rel err %.3g\n", type_name(type), E,
-                (long long)n, rel);
-        ck_assert_msg(rel < cw_tolerance(type), "%s grouped: rel err %g", type_name(type), rel);
-        /* decode's kernel, one token at a time, the expert id on the card */
-        int32_t *dsel = NULL;
-        ck_assert(cudaMalloc((void **)&dsel, E * sizeof *dsel) == cudaSuccess);
-        int32_t ids[E];
-        for (int e = 0; e < E; e++)
-            ids[e] = e;
-        ck_assert(cudaMemcpy(dsel, ids, sizeof ids, cudaMemcpyHostToDevice) == cudaSuccess);
-        cw_poison(dy, (size_t)(n * rows));
-        for (int e = 0; e < E; e++)
-            for (int i = off[e]; i < off[e + 1]; i++)
-                ck_assert(cuda_matvec_expert(type, dw, rows, cols, dsel + e, dx + (size_t)i * cols, 1,
-                                             dy + (size_t)i * rows, 0, &err) == 0);
-        cw_fetch(yv, dy, (size_t)(n * rows));
-        assert_bitwise(type, y, "grouped", yv, "matvec", n, rows);
-        cudaFree(dsel);
-        cudaFree(scratch);
-        cudaFree(doff);
-        cudaFree(dw);
-        cudaFree(dx);
-        cudaFree(dy);
+        cw_check_grouped("cuda_matmul_grouped", type, w, rows, cols, E, count, 91 + ti, cw_tolerance(type), 0);
         free(w);
-        free(x);
-        free(y);
-        free(yv);
-        free(ref);
     }
 }
 END_TEST

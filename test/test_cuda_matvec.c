@@ -31,33 +31,21 @@ static const int64_t mv_shapes[][2] = {
 static void check_matvec(int type, int64_t rows, int64_t cols, uint64_t seed)
 {
     const int ns[] = {1, 3, 8};
-    uint8_t *w = cw_random_weights(type, rows, cols, seed);
-    void *dw = cw_upload(type, rows, cols, w);
-    float *x = malloc(8 * cols * sizeof *x), *ref = malloc(8 * rows * sizeof *ref);
-    float *y = malloc(8 * rows * sizeof *y);
-    test_fill_normal(x, (size_t)(8 * cols), 1.0f, seed + 1);
-    cpu_matmul(type, w, rows, cols, x, 8, ref);
-    float *dx = cw_dev_copy(x, 8 * cols * sizeof *x), *dy = NULL;
-    ck_assert(cudaMalloc((void **)&dy, 8 * rows * sizeof(float)) == cudaSuccess);
+    cw_case c;
+    cw_case_init(&c, type, cw_random_weights(type, rows, cols, seed), rows, cols, 8, seed + 1, 1);
     for (int k = 0; k < 3; k++) {
         const int n = ns[k];
         strata_error err = {0};
-        cw_poison(dy, 8 * rows);
-        ck_assert_msg(cuda_matvec(type, dw, rows, cols, dx, n, dy, 0, &err) == 0, "%s", err.msg);
-        cw_fetch(y, dy, (size_t)(n * rows));
-        const double e = cw_rel_err(y, ref, (size_t)(n * rows));
+        cw_poison(c.dy, 8 * rows);
+        ck_assert_msg(cuda_matvec(type, c.dw, rows, cols, c.dx, n, c.dy, 0, &err) == 0, "%s", err.msg);
+        cw_fetch(c.y, c.dy, (size_t)(n * rows));
+        const double e = cw_rel_err(c.y, c.ref, (size_t)(n * rows));
         fprintf(stderr, "cuda_matvec %-7s %6lld x %-5lld n=%d rel err %.3g\n", type_name(type),
                 (long long)rows, (long long)cols, n, e);
         ck_assert_msg(e < cw_tolerance(type), "%s %lld x %lld n=%d: rel err %g > %g", type_name(type),
                       (long long)rows, (long long)cols, n, e, cw_tolerance(type));
     }
-    cudaFree(dw);
-    cudaFree(dx);
-    cudaFree(dy);
-    free(w);
-    free(x);
-    free(ref);
-    free(y);
+    cw_case_free(&c);
 }
 
 START_TEST(matvec_matches_reference)
@@ -86,30 +74,19 @@ START_TEST(matvec_batch_invariant)
     const int64_t rows = 300, cols = 4864;
     for (int ti = 0; ti < CW_NTYPES; ti++) {
         const int type = cw_types[ti];
-        uint8_t *w = cw_random_weights(type, rows, cols, 77 + ti);
-        void *dw = cw_upload(type, rows, cols, w);
-        float *x = malloc(8 * cols * sizeof *x), *y8 = malloc(8 * rows * sizeof *y8);
-        float *y1 = malloc(rows * sizeof *y1);
-        test_fill_normal(x, (size_t)(8 * cols), 1.0f, 5 + ti);
-        float *dx = cw_dev_copy(x, 8 * cols * sizeof *x), *dy = NULL;
-        ck_assert(cudaMalloc((void **)&dy, 8 * rows * sizeof(float)) == cudaSuccess);
+        cw_case c;
+        cw_case_init(&c, type, cw_random_weights(type, rows, cols, 77 + ti), rows, cols, 8, 5 + ti, 0);
         strata_error err = {0};
-        ck_assert(cuda_matvec(type, dw, rows, cols, dx, 8, dy, 0, &err) == 0);
-        cw_fetch(y8, dy, (size_t)(8 * rows));
+        ck_assert(cuda_matvec(type, c.dw, rows, cols, c.dx, 8, c.dy, 0, &err) == 0);
+        cw_fetch(c.yv, c.dy, (size_t)(8 * rows));
         for (int i = 0; i < 8; i++) {
-            cw_poison(dy, rows);
-            ck_assert(cuda_matvec(type, dw, rows, cols, dx + i * cols, 1, dy, 0, &err) == 0);
-            cw_fetch(y1, dy, (size_t)rows);
-            ck_assert_msg(!memcmp(y1, y8 + i * rows, rows * sizeof *y1), "%s: token %d alone differs",
+            cw_poison(c.dy, rows);
+            ck_assert(cuda_matvec(type, c.dw, rows, cols, c.dx + i * cols, 1, c.dy, 0, &err) == 0);
+            cw_fetch(c.y, c.dy, (size_t)rows);
+            ck_assert_msg(!memcmp(c.y, c.yv + i * rows, rows * sizeof *c.y), "%s: token %d alone differs",
                           type_name(type), i);
         }
-        cudaFree(dw);
-        cudaFree(dx);
-        cudaFree(dy);
-        free(w);
-        free(x);
-        free(y8);
-        free(y1);
+        cw_case_free(&c);
     }
 }
 END_TEST
@@ -350,32 +327,10 @@ START_TEST(embed_matches_cpu)
     const char *why;
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
-    const int64_t rows = 37, cols = 768;
-    const int32_t ids[] = {0, 36, 17, 8, 15, 16, 37, -1};
-    const int nt = (int)(sizeof ids / sizeof ids[0]);
     for (int ti = 0; ti < CW_NTYPES; ti++) {
-        const int type = cw_types[ti];
-        uint8_t *w = cw_random_weights(type, rows, cols, 900 + ti);
-        void *dw = cw_upload(type, rows, cols, w);
-        int32_t *did = cw_dev_copy(ids, sizeof ids);
-        float *dout = NULL, *out = malloc(nt * cols * sizeof *out), ref[768];
-        ck_assert(cudaMalloc((void **)&dout, nt * cols * sizeof(float)) == cudaSuccess);
-        strata_error err = {0};
-        ck_assert_msg(cuda_embed(type, dw, rows, cols, did, nt, dout, 0, &err) == 0, "%s", err.msg);
-        cw_fetch(out, dout, (size_t)(nt * cols));
-        for (int i = 0; i < nt; i++) {
-            if (ids[i] < 0 || ids[i] >= rows) {
-                ck_assert(isnan(out[i * cols]) && isnan(out[i * cols + cols - 1]));
-                continue;
-            }
-            cpu_embed(type, w, cols, ids[i], ref);
-            ck_assert_msg(!memcmp(out + i * cols, ref, sizeof ref), "%s row %d differs", type_name(type), ids[i]);
-        }
-        cudaFree(dw);
-        cudaFree(did);
-        cudaFree(dout);
+        uint8_t *w = cw_random_weights(cw_types[ti], 37, 768, 900 + ti);
+        cw_check_embed(cw_types[ti], w, 768);
         free(w);
-        free(out);
     }
 }
 END_TEST

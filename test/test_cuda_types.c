@@ -80,47 +80,28 @@ static uint8_t *ct_weights(int type, int64_t rows, int64_t cols, uint64_t seed)
  * last 256-column k-tile where the block allows one. */
 static int64_t ct_min_cols(int type) { return type_traits_get(type)->blck == 256 ? 256 : 32; }
 
-static void ct_assert_bitwise(int type, const char *what, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        ck_assert_msg(!memcmp(&a[i], &b[i], sizeof *a), "%s %s: element %zu: %.9g vs %.9g", type_name(type), what,
-                      i, a[i], b[i]);
-}
-
 /* Decode, n = 1..8, against the reference; token c of every n bitwise
  * equal to token c of n = 8. */
 static void check_decode(int type, int64_t rows, int64_t cols, uint64_t seed)
 {
-    uint8_t *w = ct_weights(type, rows, cols, seed);
-    void *dw = cw_upload(type, rows, cols, w);
-    float *x = malloc(8 * cols * sizeof *x), *ref = malloc(8 * rows * sizeof *ref);
-    float *y8 = malloc(8 * rows * sizeof *y8), *y = malloc(8 * rows * sizeof *y);
-    test_fill_normal(x, (size_t)(8 * cols), 1.0f, seed + 1);
-    cpu_matmul(type, w, rows, cols, x, 8, ref);
-    float *dx = cw_dev_copy(x, 8 * cols * sizeof *x), *dy = NULL;
-    ck_assert(cudaMalloc((void **)&dy, 8 * rows * sizeof(float)) == cudaSuccess);
+    cw_case c;
+    cw_case_init(&c, type, ct_weights(type, rows, cols, seed), rows, cols, 8, seed + 1, 1);
     strata_error err = {0};
     for (int n = 8; n >= 1; n--) {
-        cw_poison(dy, (size_t)(8 * rows));
-        ck_assert_msg(cuda_matvec(type, dw, rows, cols, dx, n, dy, 0, &err) == 0, "%s", err.msg);
-        cw_fetch(n == 8 ? y8 : y, dy, (size_t)(n * rows));
-        const double e = cw_rel_err(n == 8 ? y8 : y, ref, (size_t)(n * rows));
+        float *y = n == 8 ? c.yv : c.y; /* yv keeps n = 8 */
+        cw_poison(c.dy, (size_t)(8 * rows));
+        ck_assert_msg(cuda_matvec(type, c.dw, rows, cols, c.dx, n, c.dy, 0, &err) == 0, "%s", err.msg);
+        cw_fetch(y, c.dy, (size_t)(n * rows));
+        const double e = cw_rel_err(y, c.ref, (size_t)(n * rows));
         if (n == 8 || n == 1)
             fprintf(stderr, "cuda_types matvec %-7s %5lld x %-5lld n=%d rel err %.3g\n", type_name(type),
                     (long long)rows, (long long)cols, n, e);
         ck_assert_msg(e < ct_tol(), "%s %lld x %lld n=%d: rel err %g > %g", type_name(type), (long long)rows,
                       (long long)cols, n, e, ct_tol());
         if (n < 8)
-            ct_assert_bitwise(type, "n < 8 vs n = 8", y, y8, (size_t)(n * rows));
+            cw_assert_bitwise(type, "n < 8 vs n = 8", y, c.yv, n, rows);
     }
-    cudaFree(dw);
-    cudaFree(dx);
-    cudaFree(dy);
-    free(w);
-    free(x);
-    free(ref);
-    free(y8);
-    free(y);
+    cw_case_free(&c);
 }
 
 START_TEST(decode_matches_reference)
@@ -157,47 +138,20 @@ START_TEST(prefill_matches_reference_and_decode)
     for (int ti = 0; ti < CT_NTYPES; ti++) {
         const int type = ct_types[ti];
         const int64_t cols = ct_min_cols(type) == 256 ? 2304 : 1312; /* 9 / 6 k-tiles, the last partial for 32-blocks */
-        uint8_t *w = ct_weights(type, rows, cols, 3000 + ti);
-        void *dw = cw_upload(type, rows, cols, w);
-        const int64_t nmax = 64;
-        float *x = malloc(nmax * cols * sizeof *x), *ref = malloc(nmax * rows * sizeof *ref);
-        float *y = malloc(nmax * rows * sizeof *y), *yv = malloc(nmax * rows * sizeof *yv);
-        test_fill_normal(x, (size_t)(nmax * cols), 1.0f, 55 + ti);
-        cpu_matmul(type, w, rows, cols, x, nmax, ref);
-        float *dx = cw_dev_copy(x, nmax * cols * sizeof *x), *dy = NULL;
-        ck_assert(cudaMalloc((void **)&dy, nmax * rows * sizeof(float)) == cudaSuccess);
-        strata_error err = {0};
+        cw_case c;
+        cw_case_init(&c, type, ct_weights(type, rows, cols, 3000 + ti), rows, cols, 64, 55 + ti, 1);
         for (int k = 0; k < nn; k++) {
             const int64_t n = ns[k];
-            const size_t sb = cuda_matmul_scratch_bytes(type, cols, n);
-            void *scratch = NULL;
-            ck_assert(sb > 0 && cudaMalloc(&scratch, sb) == cudaSuccess);
-            cw_poison(dy, (size_t)(n * rows));
-            ck_assert_msg(cuda_matmul(type, dw, rows, cols, dx, n, dy, scratch, sb, 0, &err) == 0, "%s", err.msg);
-            cw_fetch(y, dy, (size_t)(n * rows));
-            cudaFree(scratch);
-            const double e = cw_rel_err(y, ref, (size_t)(n * rows));
+            cw_run_matmul(&c, n, c.y);
+            const double e = cw_rel_err(c.y, c.ref, (size_t)(n * rows));
             fprintf(stderr, "cuda_types matmul %-7s %5lld x %-5lld n=%lld rel err %.3g\n", type_name(type),
                     (long long)rows, (long long)cols, (long long)n, e);
             ck_assert_msg(e < ct_tol(), "%s n=%lld: rel err %g > %g", type_name(type), (long long)n, e, ct_tol());
-            cw_poison(dy, (size_t)(n * rows));
             const int sizes[] = {8, 5, 3, 1, 7, 2, 6, 4};
-            for (int64_t i = 0, j = 0; i < n; j++) {
-                const int c = (int)(n - i < sizes[j % 8] ? n - i : sizes[j % 8]);
-                ck_assert(cuda_matvec(type, dw, rows, cols, dx + i * cols, c, dy + i * rows, 0, &err) == 0);
-                i += c;
-            }
-            cw_fetch(yv, dy, (size_t)(n * rows));
-            ct_assert_bitwise(type, "prefill vs decode", y, yv, (size_t)(n * rows));
+            cw_decode_chunks(&c, n, sizes, 8, c.yv);
+            cw_assert_bitwise(type, "prefill vs decode", c.y, c.yv, n, rows);
         }
-        cudaFree(dw);
-        cudaFree(dx);
-        cudaFree(dy);
-        free(w);
-        free(x);
-        free(ref);
-        free(y);
-        free(yv);
+        cw_case_free(&c);
     }
 }
 END_TEST
@@ -215,76 +169,12 @@ START_TEST(experts_match_reference_and_each_other)
      * (sanitizers: one launch per token below) fewer tokens */
     const int full[E] = {17, 0, 64, 3}, small[E] = {9, 0, 3, 1};
     const int *count = test_small() ? small : full;
-    int32_t off[E + 1] = {0};
-    for (int e = 0; e < E; e++)
-        off[e + 1] = off[e] + count[e];
-    const int64_t n = off[E], rows = 96;
     for (int ti = 0; ti < CT_NTYPES; ti++) {
         const int type = ct_types[ti];
-        const int64_t cols = ct_min_cols(type) == 256 ? 512 : 288;
-        const size_t slab = cuda_weight_bytes(type, rows, cols);
-        const size_t hslab = type_row_bytes(type, cols) * (size_t)rows;
+        const int64_t rows = 96, cols = ct_min_cols(type) == 256 ? 512 : 288;
         uint8_t *w = ct_weights(type, rows * E, cols, 4000 + ti);
-        uint8_t *dw = NULL;
-        ck_assert(cudaMalloc((void **)&dw, slab * E) == cudaSuccess);
-        strata_error err = {0};
-        for (int e = 0; e < E; e++)
-            ck_assert_msg(cuda_weight_upload(type, rows, cols, w + e * hslab, dw + e * slab, 0, &err) == 0, "%s",
-                          err.msg);
-        float *x = malloc(n * cols * sizeof *x), *y = malloc(n * rows * sizeof *y);
-        float *yv = malloc(n * rows * sizeof *yv), *ref = malloc(n * rows * sizeof *ref);
-        test_fill_normal(x, (size_t)(n * cols), 1.0f, 91 + ti);
-        for (int e = 0; e < E; e++)
-            if (count[e])
-                cpu_matmul(type, w + e * hslab, rows, cols, x + off[e] * cols, count[e], ref + off[e] * rows);
-        float *dx = cw_dev_copy(x, n * cols * sizeof *x), *dy = NULL;
-        int32_t *doff = cw_dev_copy(off, sizeof off);
-        ck_assert(cudaMalloc((void **)&dy, n * rows * sizeof(float)) == cudaSuccess);
-        const size_t sb = cuda_matmul_grouped_scratch_bytes(type, cols, n);
-        void *scratch = NULL;
-        ck_assert(cudaMalloc(&scratch, sb) == cudaSuccess);
-        cw_poison(dy, (size_t)(n * rows));
-        ck_assert_msg(cuda_matmul_grouped(type, dw, rows, cols, E, doff, dx, n, dy, scratch, sb, 0, &err) == 0,
-                      "%s", err.msg);
-        cw_fetch(y, dy, (size_t)(n * rows));
-        const double rel = cw_rel_err(y, ref, (size_t)(n * rows));
-        fprintf(stderr, "cuda_types grouped %-7s %d experts, %lld tokens: rel err %.3g\n", type_name(type), E,
-                (long long)n, rel);
-        ck_assert_msg(rel < ct_tol(), "%s grouped: rel err %g", type_name(type), rel);
-        /* one token at a time, the expert id on the card */
-        int32_t ids[E], *sel = malloc(n * sizeof *sel);
-        for (int e = 0; e < E; e++) {
-            ids[e] = e;
-            for (int i = off[e]; i < off[e + 1]; i++)
-                sel[i] = e;
-        }
-        int32_t *dids = cw_dev_copy(ids, sizeof ids), *dsel = cw_dev_copy(sel, n * sizeof *sel);
-        cw_poison(dy, (size_t)(n * rows));
-        for (int e = 0; e < E; e++)
-            for (int i = off[e]; i < off[e + 1]; i++)
-                ck_assert(cuda_matvec_expert(type, dw, rows, cols, dids + e, dx + (size_t)i * cols, 1,
-                                             dy + (size_t)i * rows, 0, &err) == 0);
-        cw_fetch(yv, dy, (size_t)(n * rows));
-        ct_assert_bitwise(type, "grouped vs expert matvec", y, yv, (size_t)(n * rows));
-        /* every pair in one launch (decode batches of MoE models) */
-        cw_poison(dy, (size_t)(n * rows));
-        ck_assert_msg(cuda_matvec_experts(type, dw, rows, cols, dsel, (int)n, 1, dx, dy, 0, &err) == 0, "%s",
-                      err.msg);
-        cw_fetch(y, dy, (size_t)(n * rows));
-        ct_assert_bitwise(type, "pairs vs expert matvec", y, yv, (size_t)(n * rows));
-        cudaFree(dids);
-        cudaFree(dsel);
-        cudaFree(scratch);
-        cudaFree(doff);
-        cudaFree(dw);
-        cudaFree(dx);
-        cudaFree(dy);
-        free(sel);
+        cw_check_grouped("cuda_types grouped", type, w, rows, cols, E, count, 91 + ti, ct_tol(), 1);
         free(w);
-        free(x);
-        free(y);
-        free(yv);
-        free(ref);
     }
 }
 END_TEST
@@ -296,34 +186,12 @@ START_TEST(embed_matches_cpu)
     const char *why;
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
-    const int64_t rows = 37;
-    const int32_t ids[] = {0, 36, 17, 8, 15, 16, 37, -1};
-    const int nt = (int)(sizeof ids / sizeof ids[0]);
     for (int ti = 0; ti < CT_NTYPES; ti++) {
         const int type = ct_types[ti];
         const int64_t cols = ct_min_cols(type) == 256 ? 768 : 416;
-        uint8_t *w = ct_weights(type, rows, cols, 900 + ti);
-        void *dw = cw_upload(type, rows, cols, w);
-        int32_t *did = cw_dev_copy(ids, sizeof ids);
-        float *dout = NULL, *out = malloc(nt * cols * sizeof *out), *ref = malloc(cols * sizeof *ref);
-        ck_assert(cudaMalloc((void **)&dout, nt * cols * sizeof(float)) == cudaSuccess);
-        strata_error err = {0};
-        ck_assert_msg(cuda_embed(type, dw, rows, cols, did, nt, dout, 0, &err) == 0, "%s", err.msg);
-        cw_fetch(out, dout, (size_t)(nt * cols));
-        for (int i = 0; i < nt; i++) {
-            if (ids[i] < 0 || ids[i] >= rows) {
-                ck_assert(isnan(out[i * cols]) && isnan(out[i * cols + cols - 1]));
-                continue;
-            }
-            cpu_embed(type, w, cols, ids[i], ref);
-            ct_assert_bitwise(type, "embed", out + i * cols, ref, (size_t)cols);
-        }
-        cudaFree(dw);
-        cudaFree(did);
-        cudaFree(dout);
+        uint8_t *w = ct_weights(type, 37, cols, 900 + ti);
+        cw_check_embed(type, w, cols);
         free(w);
-        free(out);
-        free(ref);
     }
 }
 END_TEST

@@ -12,83 +12,14 @@
 #include "model/quant.h"
 #include "model/quant_codecs.h"
 #include "model/make/quantize.h"
+#include "test_quant.h"
 
 /* ---- test vectors --------------------------------------------------------- */
-
-typedef struct tv_case {
-    char kind[16], type[16];
-    int n;
-    float *in, *out, *imatrix;
-    uint8_t *bytes;
-    size_t nbytes;
-} tv_case;
-
-static float *parse_floats(const char *s, int n)
-{
-    float *v = calloc((size_t)n, sizeof *v);
-    char *end;
-    for (int i = 0; i < n; i++) {
-        v[i] = strtof(s, &end);
-        ck_assert_msg(end != s, "short float line");
-        s = end;
-    }
-    return v;
-}
-
-static uint8_t *parse_hex(const char *s, size_t *len)
-{
-    size_t n = strcspn(s, "\r\n") / 2;
-    uint8_t *b = malloc(n);
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        ck_assert(sscanf(s + 2 * i, "%2x", &v) == 1);
-        b[i] = (uint8_t)v;
-    }
-    *len = n;
-    return b;
-}
-
-/* Read every case of test/data/testvectors.txt; returns the count. */
-static int tv_load(tv_case *cases, int max)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/test/data/testvectors.txt", test_root());
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char line[1 << 16];
-    int nc = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "case ", 5)) {
-            ck_assert(++nc < max);
-            memset(&cases[nc], 0, sizeof cases[nc]);
-            ck_assert(sscanf(line, "case %15s %15s %d", cases[nc].kind,
-                             cases[nc].type, &cases[nc].n) == 3);
-        } else if (nc >= 0 && !strncmp(line, "in ", 3)) {
-            cases[nc].in = parse_floats(line + 3, cases[nc].n);
-        } else if (nc >= 0 && !strncmp(line, "out ", 4)) {
-            cases[nc].out = parse_floats(line + 4, cases[nc].n);
-        } else if (nc >= 0 && !strncmp(line, "imatrix ", 8)) {
-            cases[nc].imatrix = parse_floats(line + 8, cases[nc].n);
-        } else if (nc >= 0 && !strncmp(line, "bytes ", 6)) {
-            cases[nc].bytes = parse_hex(line + 6, &cases[nc].nbytes);
-        }
-    }
-    fclose(f);
-    return nc + 1;
-}
-
-static void tv_free(tv_case *c)
-{
-    free(c->in);
-    free(c->out);
-    free(c->imatrix);
-    free(c->bytes);
-}
 
 START_TEST(testvectors_bit_exact)
 {
     static tv_case cases[96];
-    int n = tv_load(cases, 96);
+    int n = tv_load("testvectors.txt", cases, 96);
     /* 30 from ggml d99724f, then 3 dequant cases each for Q2_K Q3_K Q5_K
      * IQ2_XXS IQ2_XS IQ2_S IQ3_S IQ4_XS from llama.cpp 0c1e570 */
     ck_assert_int_eq(n, 54);
@@ -239,22 +170,10 @@ END_TEST
 
 /* ---- quantize -> dequantize error ------------------------------------ */
 
-/* RMSE / ||w|| of a round trip through `type`. */
+/* RMSE / ||w|| of a round trip through `type`'s own quantizer. */
 static double round_trip_rel(int type, const float *x, int64_t n, const float *im)
 {
-    const type_traits *t = type_traits_get(type);
-    uint8_t *b = malloc(type_row_bytes(type, n));
-    float *y = malloc((size_t)n * sizeof *y);
-    t->quant(x, b, n, im);
-    t->dequant(b, y, n);
-    double se = 0, sw = 0;
-    for (int64_t i = 0; i < n; i++) {
-        se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
-        sw += (double)x[i] * x[i];
-    }
-    free(b);
-    free(y);
-    return sqrt(se / sw);
+    return tv_round_trip_rel(type_traits_get(type)->quant, type, x, n, im, 0, n);
 }
 
 /* Bounds for N(0,1) rows, derived from each format's step size and checked
@@ -517,35 +436,6 @@ END_TEST
 
 /* ---- cross-check with the Python gguf package ------------------------- */
 
-static void write_file(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
-/* Dequantize `blocks` with strata, write both, have the script compare. */
-static void python_compare(const char *tname, const void *blocks, int64_t n)
-{
-    const type_traits *t = type_traits_by_name(tname);
-    char bpath[1024], fpath[1024], cmd[4096];
-    snprintf(bpath, sizeof bpath, "%s/%s.blocks", test_tmpdir(), tname);
-    snprintf(fpath, sizeof fpath, "%s/%s.f32", test_tmpdir(), tname);
-    float *y = malloc((size_t)n * sizeof *y);
-    t->dequant(blocks, y, n);
-    write_file(bpath, blocks, type_row_bytes(t->id, n));
-    write_file(fpath, y, (size_t)n * sizeof *y);
-    free(y);
-    snprintf(cmd, sizeof cmd, "python3 %s/test/scripts/quant_check.py compare %s %s %s",
-             test_root(), tname, bpath, fpath);
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    printf("quant: python gguf: %s", out ? out : "(no output)\n");
-    ck_assert_msg(rc == 0, "%s: %s", cmd, out ? out : "");
-    free(out);
-}
-
 START_TEST(own_blocks_match_python_gguf)
 {
     if (!test_have_python("gguf,numpy"))
@@ -558,7 +448,7 @@ START_TEST(own_blocks_match_python_gguf)
         const type_traits *t = type_traits_by_name(types[i]);
         uint8_t *b = malloc(type_row_bytes(t->id, n));
         t->quant(x, b, n, NULL);
-        python_compare(types[i], b, n);
+        tv_python_compare("quant", t->id, b, n);
         free(b);
     }
     free(x);
@@ -594,7 +484,7 @@ START_TEST(random_blocks_match_python_gguf)
                 uint16_t h = f32_to_fp16((float)(test_rand_normal(&st) * 0.01));
                 memcpy(b + blk * t->bytes + types[i].scale_offs[k], &h, 2);
             }
-        python_compare(types[i].name, b, n);
+        tv_python_compare("quant", type_traits_by_name(types[i].name)->id, b, n);
         free(b);
     }
 }
@@ -627,7 +517,7 @@ START_TEST(demo_model_tensors_match_python_gguf)
         ck_assert_uint_eq(fread(b, 1, nb, f), nb);
         fclose(f);
         printf("quant: demo tensor %s (%s, %lld x %lld)\n", names[i], type_name(id), ne0, nrows);
-        python_compare(type_name(id), b, n);
+        tv_python_compare("quant", id, b, n);
 
         /* and the round-trip error of strata's types on these real weights */
         if (nrows > 1) { /* matrices; norms are kept F32 by the mix */
