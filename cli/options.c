@@ -216,7 +216,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
     } else if (IS("--kv")) {
         int t = strata_kv_parse(v);
         if (t < 0) {
-            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r, k8v4, f16 or default\n",
+            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r2, k8v4r, k8v4, f16 or default\n",
                     cmd, v);
             return -1;
         }

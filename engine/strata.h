@@ -46,6 +46,7 @@ enum strata_kv_type {
     STRATA_KV_F16 = 1,    /* that set those here before this enum existed keeps its meaning) */
     STRATA_KV_K8V4R = 2,
     STRATA_KV_DEFAULT = 3,
+    STRATA_KV_K8V4R2 = 4,
 };
 /* "k8v4r", "k8v4", "f16" ("default" for DEFAULT; NULL for no type). */
 const char *strata_kv_name(int kv_type);
