@@ -133,7 +133,8 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_kv_rotate(s->v + r * dkv, hp->n_head_kv, hp->head_dim);
         }
         if (sim)
-            kv_sim_store(q, hp->n_head, k, s->v + r * dkv, hp->n_head_kv, hp->head_dim, L->bk);
+            kv_sim_store(q, hp->n_head, k, s->v + r * dkv, hp->n_head_kv, hp->head_dim, L->bk,
+                         L->bv);
         PROF_ADD(op_ns[PROF_ROPE], t);
         t = PROF_T0();
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
@@ -154,7 +155,7 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
         if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
             cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
         if (sim)
-            kv_sim_output(s->att + r * dq, hp->n_head, hp->head_dim);
+            kv_sim_output(s->att + r * dq, hp->n_head, hp->n_head_kv, hp->head_dim, L->bv);
     }
     PROF_ADD(op_ns[PROF_ATTN], t);
     if (trace_on()) {

@@ -12,6 +12,9 @@
  *   kb   the layer's K bias subtracted from k after RoPE (a fixed vector:
  *        every score of a query moves by the same -q.b, so the softmax
  *        does not change), before the rotation
+ *   vb   the layer's V bias subtracted from v before it is stored and
+ *        added to the attention output (the softmax weights sum to 1, so
+ *        sum p (v - b) + b is the same output)
  * A quantized vector is decoded back to float and stored in f16, so the
  * figure differs from the real format only by the f16 rounding of decoded
  * values (about 2^-11 relative, far under the 4- and 8-bit steps).  Only
@@ -25,7 +28,7 @@
 #include "kernels/ops.h"
 #include "model/quant.h"
 
-enum { SIM_K8 = 1, SIM_K8S = 2, SIM_V4 = 4, SIM_V4S = 8, SIM_VNL = 16, SIM_KR = 32, SIM_VR = 64, SIM_KB = 128 };
+enum { SIM_K8 = 1, SIM_K8S = 2, SIM_V4 = 4, SIM_V4S = 8, SIM_VNL = 16, SIM_KR = 32, SIM_VR = 64, SIM_KB = 128, SIM_VB = 256 };
 
 int kv_sim_flags(void)
 {
@@ -36,7 +39,7 @@ int kv_sim_flags(void)
     const char *s = getenv("STRATA_KV_SIM");
     static const struct { const char *name; int bit; } names[] = {
         {"k8", SIM_K8}, {"k8s", SIM_K8S}, {"v4", SIM_V4}, {"v4s", SIM_V4S},
-        {"vnl", SIM_VNL}, {"kr", SIM_KR}, {"vr", SIM_VR}, {"kb", SIM_KB},
+        {"vnl", SIM_VNL}, {"kr", SIM_KR}, {"vr", SIM_VR}, {"kb", SIM_KB}, {"vb", SIM_VB},
     };
     while (s && *s) {
         size_t len = strcspn(s, ",");
@@ -141,9 +144,12 @@ static void sim_vec(float *x, int n, int how)
 }
 
 void kv_sim_store(float *q, int n_head, float *k, float *v, int n_kv_head, int hd,
-                  const float *bk)
+                  const float *bk, const float *bv)
 {
     int f = kv_sim_flags();
+    if ((f & SIM_VB) && bv)
+        for (int i = 0; i < n_kv_head * hd; i++)
+            v[i] -= bv[i];
     if ((f & SIM_KB) && bk)
         for (int i = 0; i < n_kv_head * hd; i++)
             k[i] -= bk[i];
@@ -161,8 +167,12 @@ void kv_sim_store(float *q, int n_head, float *k, float *v, int n_kv_head, int h
     }
 }
 
-void kv_sim_output(float *att, int n_head, int hd)
+void kv_sim_output(float *att, int n_head, int n_kv_head, int hd, const float *bv)
 {
     if (kv_sim_flags() & SIM_VR)
         cpu_kv_unrotate(att, n_head, hd);
+    if ((kv_sim_flags() & SIM_VB) && bv)
+        for (int h = 0; h < n_head; h++)
+            for (int i = 0; i < hd; i++)
+                att[h * hd + i] += bv[(h / (n_head / n_kv_head)) * hd + i];
 }

@@ -8,8 +8,8 @@ int kv_sim_flags(void);
 /* Before storing one row's k, v: rotate and quantize-decode as selected
  * (q is rotated with k so the scores keep their meaning). */
 void kv_sim_store(float *q, int n_head, float *k, float *v, int n_kv_head, int hd,
-                  const float *bk);
+                  const float *bk, const float *bv);
 /* After attention: rotate the output back when v was rotated. */
-void kv_sim_output(float *att, int n_head, int hd);
+void kv_sim_output(float *att, int n_head, int n_kv_head, int hd, const float *bv);
 
 #endif

@@ -201,6 +201,8 @@ START_TEST(default_kv_type_follows_the_head_dim)
         TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
     ck_assert_int_eq(strata_params_default().kv_type, STRATA_KV_DEFAULT);
     ck_assert_int_eq(strata_kv_parse("k8v4r"), STRATA_KV_K8V4R);
+    ck_assert_int_eq(strata_kv_parse("k8v4r2"), STRATA_KV_K8V4R2);
+    ck_assert_str_eq(strata_kv_name(STRATA_KV_K8V4R2), "k8v4r2");
     ck_assert_int_eq(strata_kv_parse("k8v4"), STRATA_KV_K8V4);
     ck_assert_int_eq(strata_kv_parse("f16"), STRATA_KV_F16);
     ck_assert_int_eq(strata_kv_parse("q4"), -1);
@@ -231,6 +233,10 @@ START_TEST(default_kv_type_follows_the_head_dim)
     ck_assert_int_eq(rc, STRATA_E_UNSUPPORTED);
     ck_assert_ptr_null(e);
     ck_assert_msg(strstr(err.msg, "head_dim 96"), "%s", err.msg);
+    e = open_kv(p96, STRATA_KV_K8V4R2, &rc, &err);
+    ck_assert_int_eq(rc, STRATA_E_UNSUPPORTED);
+    ck_assert_ptr_null(e);
+    ck_assert_msg(strstr(err.msg, "k8v4r2") && strstr(err.msg, "head_dim 96"), "%s", err.msg);
     e = open_kv(p64, 42, &rc, &err);
     ck_assert_int_eq(rc, STRATA_E_ARG);
     remove(p64);
