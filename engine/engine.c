@@ -40,17 +40,17 @@ int strata_kv_parse(const char *name)
     return -1;
 }
 
-/* DEFAULT -> plain k8v4.  The rotated k8v4r lowers next-token KL against
- * float64 by ~40 % on the demo model but moved its perplexity by +1.5 %
- * where k8v4 moved it by -0.1 %, and its two extra launches a layer are
- * not yet timed on a card (doc/perplexity.md): not the default until it
- * wins on both.  An explicit k8v4r the head dim cannot take is an error. */
+/* DEFAULT -> k8v4r2 where the head dim can be rotated, else plain k8v4.
+ * k8v4r2 keeps k8v4's bytes and is within 0.5 % of the f16 cache's
+ * perplexity on both models measured (demo and Qwen2.5-0.5B, where k8v4
+ * costs +0.75 % and +2.60 %, k8v4r +0.32 % and +1.56 %: doc/perplexity.md).
+ * An explicit rotated type the head dim cannot take is an error. */
 static int resolve_kv_type(strata_engine *e, strata_error *err)
 {
     int hd = e->m->hp.head_dim;
     switch (e->p.kv_type) {
     case STRATA_KV_DEFAULT:
-        e->p.kv_type = STRATA_KV_K8V4;
+        e->p.kv_type = kv_rot_supported(hd) ? STRATA_KV_K8V4R2 : STRATA_KV_K8V4;
         return 0;
     case STRATA_KV_K8V4R:
     case STRATA_KV_K8V4R2:
