@@ -216,7 +216,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, int *i)
     } else if (IS("--kv")) {
         int t = strata_kv_parse(v);
         if (t < 0) {
-            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r, k8v4, f16 or default\n",
+            fprintf(stderr, "strata-cli %s: --kv '%s': expected k8v4r2, k8v4r, k8v4, f16 or default\n",
                     cmd, v);
             return -1;
         }
@@ -338,9 +338,11 @@ static const opt_help opt_help_lines[] = {
      "                          token or the context is full)\n"},
     {CLI_USE_ENGINE,
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-     "  --kv k8v4|k8v4r|f16     KV cache format (default k8v4: K Q8_0, V Q4_0; k8v4r:\n"
-     "                          the same after a Hadamard rotation per head; run and\n"
-     "                          chat on the demo model, CPU, STRATA_MATMUL_F32=1: f16)\n"
+     "  --kv k8v4r2|k8v4r|k8v4|f16  KV cache format (default k8v4r2: k8v4's bytes,\n"
+     "                          rotated, K minus its bias, V in IQ4_NL levels; k8v4:\n"
+     "                          K Q8_0, V Q4_0; k8v4r: k8v4 after a Hadamard rotation\n"
+     "                          per head; the demo model: k8v4, or f16 on the CPU\n"
+     "                          with STRATA_MATMUL_F32=1)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
@@ -435,7 +437,8 @@ int cli_opts_demo_defaults(cli_opts *o)
      * fp16/int8 activations (logits ~1e-2 from the CPU's), f16 lost it and
      * k8v4 kept it (README, "The demo model").  The CPU's matmuls take int8
      * activations too unless STRATA_MATMUL_F32=1, and then answer as the
-     * card does.  So: f16 only on the CPU with float activations. */
+     * card does.  So: f16 only on the CPU with float activations.  Not the
+     * engine's default k8v4r2: with int8 activations it loses Paris too. */
     int on_card = o->ep.backend == STRATA_BACKEND_CUDA ||
                   (o->ep.backend == STRATA_BACKEND_AUTO && strata_cuda_available(NULL));
     int want = on_card || cpu_matmul_int8_activations() ? STRATA_KV_K8V4 : STRATA_KV_F16;

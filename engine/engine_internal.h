@@ -45,6 +45,8 @@ struct strata_engine {
     stage *stages;
     stagepool *pool;     /* NULL with one stage */
     cpu_scratch cpu;
+    float *kshift;       /* k8v4r2 on a model with K biases: per layer, n_kv_head *
+                          * head_dim floats, R b_k (kv_view.kshift); else NULL */
     void *cuda;          /* engine-wide CUDA state, NULL on CPU */
     uint64_t group_runs; /* (stage, group) runs issued by grouped decode steps, so
                           * tests can see the grouped path ran */
@@ -63,11 +65,23 @@ struct strata_seq {
  * and to whether head vectors are rotated before they are stored. */
 static inline int engine_kv_block(int strata_kv)
 {
-    return strata_kv == STRATA_KV_F16 ? KV_F16 : KV_K8V4;
+    return strata_kv == STRATA_KV_F16       ? KV_F16
+           : strata_kv == STRATA_KV_K8V4R2 ? KV_K8V4NL
+                                            : KV_K8V4;
+}
+/* Whether k minus the layer's (rotated) K bias is stored (kv_view.kshift). */
+static inline int engine_kv_shifted(int strata_kv)
+{
+    return strata_kv == STRATA_KV_K8V4R2;
+}
+/* Layer il's kv_view.kshift (NULL when none). */
+static inline const float *engine_kshift(const strata_engine *e, int il)
+{
+    return e->kshift ? e->kshift + (size_t)il * e->m->hp.n_head_kv * e->m->hp.head_dim : NULL;
 }
 static inline int engine_kv_rotated(int strata_kv)
 {
-    return strata_kv == STRATA_KV_K8V4R;
+    return strata_kv == STRATA_KV_K8V4R || strata_kv == STRATA_KV_K8V4R2;
 }
 
 /* The forward pass over every stage (backend.h's `forward`).  logits: one

@@ -12,6 +12,7 @@
 #include "model/quant.h"
 #include "engine/profile_cpu.h"
 #include "engine/trace.h"
+#include "engine/kv_sim.h"
 
 int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err)
 {
@@ -113,6 +114,7 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     add_bias(s->v, L->bv, n, dkv);
     int lk = il - st->l0; /* layer index within the stage's KV pool */
     int rot = engine_kv_rotated(e->p.kv_type);
+    int sim = e->p.kv_type == STRATA_KV_F16 && kv_sim_flags(); /* measurement only */
     PROF_ADD(op_ns[PROF_ELEM], t);
     for (int r = 0; r < n; r++) {
         float *q = s->q + r * dq, *k = s->k + r * dkv;
@@ -130,9 +132,13 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_kv_rotate(k, hp->n_head_kv, hp->head_dim);
             cpu_kv_rotate(s->v + r * dkv, hp->n_head_kv, hp->head_dim);
         }
+        if (sim)
+            kv_sim_store(q, hp->n_head, k, s->v + r * dkv, hp->n_head_kv, hp->head_dim, L->bk,
+                         L->bv);
         PROF_ADD(op_ns[PROF_ROPE], t);
         t = PROF_T0();
         kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
+        kv.kshift = engine_kshift(e, il);
         cpu_kv_store(&kv, rows[r].pos, k, s->v + r * dkv);
         PROF_ADD(op_ns[PROF_KVSTORE], t);
     }
@@ -148,6 +154,8 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
                                   s->att + r * dq);
         if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
             cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
+        if (sim)
+            kv_sim_output(s->att + r * dq, hp->n_head, hp->n_head_kv, hp->head_dim, L->bv);
     }
     PROF_ADD(op_ns[PROF_ATTN], t);
     if (trace_on()) {

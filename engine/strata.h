@@ -33,21 +33,28 @@ enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BA
 #define STRATA_MAX_CHUNK (1 << 16) /* --chunk */
 /* What the KV cache stores per token and kv head (doc/engine.md, "The KV
  * cache"; measured quality in doc/perplexity.md).
+ *   K8V4R2 k8v4's bytes (K 34 B, V 18 B per 32 values) of the rotated head
+ *          vectors, with K minus the layer's rotated K bias (a fixed shift
+ *          the softmax does not see) and V's 4-bit codes into the IQ4_NL
+ *          levels with a searched scale; needs head_dim a power of two
+ *          (32..512)
  *   K8V4R  K as Q8_0 and V as Q4_0 blocks of 32 after a fixed orthogonal
  *          rotation of each head vector (a signed Walsh-Hadamard transform);
  *          needs head_dim a power of two (32..512)
  *   K8V4   the same blocks without the rotation
  *   F16    K and V in fp16 (3.6x the bytes of k8v4)
  * DEFAULT (what strata_params_default sets) resolves at strata_open to
- * K8V4 (engine/engine.c says why not K8V4R yet); strata_kv_type() says what
- * was chosen. */
+ * K8V4R2, or K8V4 where the head dim cannot be rotated; strata_kv_type()
+ * says what was chosen.  The values are stored in saved conversations:
+ * never renumber them. */
 enum strata_kv_type {
     STRATA_KV_K8V4 = 0,   /* the values of the kernels' KV_K8V4 and KV_F16 (code */
     STRATA_KV_F16 = 1,    /* that set those here before this enum existed keeps its meaning) */
     STRATA_KV_K8V4R = 2,
     STRATA_KV_DEFAULT = 3,
+    STRATA_KV_K8V4R2 = 4,
 };
-/* "k8v4r", "k8v4", "f16" ("default" for DEFAULT; NULL for no type). */
+/* "k8v4r2", "k8v4r", "k8v4", "f16" ("default" for DEFAULT; NULL for no type). */
 const char *strata_kv_name(int kv_type);
 /* The enum value of a name above, or -1. */
 int strata_kv_parse(const char *name);

@@ -105,6 +105,11 @@ void cpu_quant_k8(const float *x, int n, int8_t *q, uint16_t *d);
 void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d);
 void cpu_dequant_k8(const int8_t *q, const uint16_t *d, int n, float *x);
 void cpu_dequant_v4(const uint8_t *q, const uint16_t *d, int n, float *x);
+/* V as 4-bit codes into the IQ4_NL levels (iq4nl_values) with a searched
+ * scale (kernels/cpu/kv.c says how); the same bytes and layout as Q4_0. */
+void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d);
+void cpu_dequant_v4nl(const uint8_t *q, const uint16_t *d, int n, float *x);
+int kv_nl_code(float r); /* nearest IQ4_NL level index of r (NaN -> 8) */
 
 
 /* ---- KV rotation (kernels/cpu/rotate.c) ---------------------------------
@@ -133,22 +138,31 @@ void cpu_kv_unrotate(float *x, int n_heads, int head_dim);
  * page is one contiguous span per buffer (one copy per page on capture). */
 #define KV_PAGE 256
 
-enum kv_type { KV_K8V4 = 0, KV_F16 = 1 };
+/* KV_K8V4NL: K as KV_K8V4's, V in the same bytes but coded into the IQ4_NL
+ * levels with a searched scale (cpu_quant_v4nl). */
+enum kv_type { KV_K8V4 = 0, KV_F16 = 1, KV_K8V4NL = 2 };
 
 typedef struct kv_view {
     int type;             /* enum kv_type */
     int n_kv_head, head_dim;
     const int32_t *pages; /* logical page i -> physical page in the pool */
-    /* k8v4 pools, indexed [page][head][KV_PAGE][...] */
+    /* k8v4 and k8v4nl pools, indexed [page][head][KV_PAGE][...] */
     int8_t *kq;           /* head_dim int8 per token */
     uint16_t *kd;         /* head_dim/32 fp16 per token */
     uint8_t *vq;          /* head_dim/2 bytes per token */
     uint16_t *vd;         /* head_dim/32 fp16 per token */
     /* f16 pools, indexed the same way, head_dim fp16 per token */
     uint16_t *kh, *vh;
+    /* NULL, or n_kv_head * head_dim floats subtracted from k before it is
+     * stored (k8v4r2: the layer's rotated K bias).  A fixed vector moves
+     * every score of a query by the same amount, so the softmax does not
+     * see it; what it removes is the large constant part of K that would
+     * otherwise set the Q8_0 scale (doc/engine.md, "The KV cache"). */
+    const float *kshift;
 } kv_view;
 
-/* Quantize and store k, v (n_kv_head * head_dim each) at position pos. */
+/* Quantize and store k - kv->kshift (k when NULL) and v (n_kv_head *
+ * head_dim each) at position pos. */
 void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k,
                   const float *v);
 /* out[n_head * head_dim] = softmax(q K^T * scale) V over positions 0..n_ctx-1,

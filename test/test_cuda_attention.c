@@ -1,6 +1,6 @@
 /* test_cuda_attention.c: suite "cuda_attention" — cuda_attention (decode
  * and prefill) and cuda_attention_plain against cpu_attention on the same
- * paged cache, k8v4 and f16.
+ * paged cache, k8v4, k8v4nl (the IQ4_NL-coded V) and f16.
  *
  * Shapes: head_dim 64/128/256, group sizes (query heads per kv head) 1, 3,
  * 4, 7, 8; contexts 1, ragged page tails (255, 257, 300, ...), several pages,
@@ -71,7 +71,7 @@ static void cache_make(att_cache *c, int type, int n_kv, int hd, int n_seq, cons
         c->pages[j] = t;
     }
     size_t rows = (size_t)n_pages * n_kv * KV_PAGE;
-    if (type == KV_K8V4) {
+    if (type != KV_F16) { /* k8v4, k8v4nl: the same buffers */
         c->bytes[0] = rows * hd;
         c->bytes[1] = rows * (hd / 32) * 2;
         c->bytes[2] = rows * hd / 2;
@@ -89,7 +89,7 @@ static void cache_make(att_cache *c, int type, int n_kv, int hd, int n_seq, cons
     h.type = type;
     h.n_kv_head = n_kv;
     h.head_dim = hd;
-    if (type == KV_K8V4) {
+    if (type != KV_F16) { /* k8v4, k8v4nl: the same buffers */
         h.kq = c->hbuf[0];
         h.kd = c->hbuf[1];
         h.vq = c->hbuf[2];
@@ -115,7 +115,7 @@ static void cache_make(att_cache *c, int type, int n_kv, int hd, int n_seq, cons
         c->dbuf[b] = c->bytes[b] ? dup_to_dev(c->hbuf[b], c->bytes[b]) : NULL;
     kv_view d = h;
     d.pages = c->dpages;
-    if (type == KV_K8V4) {
+    if (type != KV_F16) { /* k8v4, k8v4nl: the same buffers */
         d.kq = c->dbuf[0];
         d.kd = c->dbuf[1];
         d.vq = c->dbuf[2];
@@ -179,7 +179,7 @@ START_TEST(decode_matches_cpu)
     /* chunk 0: the engine's; 64: many chunks and super-chunks (the two-level
      * fold) on contexts the CPU reference can afford */
     for (int chunk = 0; chunk <= 64; chunk += 64)
-    for (int type = 0; type < 2; type++) {
+    for (int type = 0; type <= KV_K8V4NL; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
             if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */
@@ -273,7 +273,7 @@ START_TEST(prefill_matches_cpu_and_decode)
     } runs[] = {{0, 37}, {250, 20}, {1000, 70}, {2040, 9}};
     double worst = 0.0;
     for (int chunk = 0; chunk <= 64; chunk += 64)
-    for (int type = 0; type < 2; type++) {
+    for (int type = 0; type <= KV_K8V4NL; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
             if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */
@@ -365,7 +365,7 @@ START_TEST(plain_fallback_shapes)
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
     const shape odd[] = {{96, 2, 2}, {64, 1, 16}};
-    for (int type = 0; type < 2; type++) {
+    for (int type = 0; type <= KV_K8V4NL; type++) {
         for (int si = 0; si < 2; si++) {
             shape sh = odd[si];
             int n_head = sh.n_kv * sh.group, hd = sh.hd, len = 600, n = 3;

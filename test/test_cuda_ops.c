@@ -382,7 +382,7 @@ static void pool_init(host_pool *p, int type, int n_kv_head, int hd, int n_pages
 {
     memset(p, 0, sizeof *p);
     size_t rows = (size_t)n_pages * n_kv_head * KV_PAGE;
-    if (type == KV_K8V4) {
+    if (type != KV_F16) {
         p->bytes[0] = rows * hd;
         p->bytes[1] = rows * (hd / 32) * 2;
         p->bytes[2] = rows * hd / 2;
@@ -399,7 +399,7 @@ static void pool_init(host_pool *p, int type, int n_kv_head, int hd, int n_pages
     p->v.type = type;
     p->v.n_kv_head = n_kv_head;
     p->v.head_dim = hd;
-    if (type == KV_K8V4) {
+    if (type != KV_F16) {
         p->v.kq = p->buf[0];
         p->v.kd = p->buf[1];
         p->v.vq = p->buf[2];
@@ -423,7 +423,7 @@ static kv_view pool_upload(const host_pool *p, void *dbuf[4], const int32_t *dpa
     d.vd = dbuf[3];
     d.kh = dbuf[0];
     d.vh = dbuf[2];
-    if (p->v.type == KV_K8V4)
+    if (p->v.type != KV_F16)
         d.kh = d.vh = NULL;
     else
         d.kq = NULL, d.kd = NULL, d.vq = NULL, d.vd = NULL;
@@ -442,7 +442,7 @@ START_TEST(kv_store_bit_exact)
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
     const int hds[] = {64, 128, 256};
-    for (int type = 0; type < 2; type++) {
+    for (int type = 0; type <= KV_K8V4NL; type++) { /* k8v4, f16, k8v4nl */
         for (int a = 0; a < 3; a++) {
             int hd = hds[a], nkv = 3, n_seq = 3, n_tok = 5, pages_per = 3;
             int n_pages = n_seq * pages_per;
@@ -466,7 +466,7 @@ START_TEST(kv_store_bit_exact)
             /* non-finite blocks (k8v4; f16 would compare NaN payloads): in
              * row 1, a NaN among finite values, an Inf, a block of NaN only;
              * both sides give the same defined block (kernels/cpu/kv.c) */
-            if (type == KV_K8V4) {
+            if (type != KV_F16) {
                 float *k1 = k + kstride, *v1 = v + vstride;
                 k1[3] = NAN;
                 v1[17] = NAN;

@@ -174,6 +174,15 @@ START_TEST(logits_match_reference_with_k8v4r_kv)
 }
 END_TEST
 
+/* k8v4r2 against the reference's k8v4r2 (the same rotation, K minus its
+ * rotated bias, V's IQ4_NL codes by the same search in float32): the same
+ * tolerance, for the same reason. */
+START_TEST(logits_match_reference_with_k8v4r2_kv)
+{
+    check_against_ref(STRATA_KV_K8V4R2, "k8v4r2", 2e-2);
+}
+END_TEST
+
 /* What the cache formats cost, against exact float64 on the demo model:
  * the first KL_TOKENS tokens of the perplexity text read once, and at every
  * position the KL divergence KL(p_f64 || p_engine) of the next-token
@@ -185,6 +194,7 @@ END_TEST
  * way.) */
 #define KL_TOKENS 128
 #define KL_R_MAX 0.03
+#define KL_R2_OF_R 0.75 /* k8v4r2 against k8v4r (measured 0.53: no K bias on this model, V's codes) */
 static double mean_kl(const float *lg, const double *ref, int n, int V)
 {
     double total = 0;
@@ -223,12 +233,12 @@ START_TEST(k8v4r_is_closer_to_f64_than_k8v4)
     static char text[4096];
     size_t len = fread(text, 1, sizeof text - 1, f);
     fclose(f);
-    static const int kvs[2] = {STRATA_KV_K8V4, STRATA_KV_K8V4R};
-    double kl[2];
+    static const int kvs[3] = {STRATA_KV_K8V4, STRATA_KV_K8V4R, STRATA_KV_K8V4R2};
+    double kl[3];
     cpu_matmul_fast_set_q8(0); /* the cache formats' cost alone */
     double *ref = NULL;
     tok_ids ids = {0};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         strata_engine *e = open_engine(model, kvs[k], 64, NULL, 1);
         int V = strata_n_vocab(e);
         if (!ref) {
@@ -243,11 +253,13 @@ START_TEST(k8v4r_is_closer_to_f64_than_k8v4)
         free(lg);
         strata_close(e);
     }
-    printf("  next-token KL against f64 over %d tokens: k8v4 %.4f, k8v4r %.4f\n", KL_TOKENS,
-           kl[0], kl[1]);
+    printf("  next-token KL against f64 over %d tokens: k8v4 %.4f, k8v4r %.4f, k8v4r2 %.4f\n",
+           KL_TOKENS, kl[0], kl[1], kl[2]);
     ck_assert_msg(kl[1] < 0.8 * kl[0], "k8v4r mean KL %.4f is not below 0.8 x k8v4's %.4f",
                   kl[1], kl[0]);
     ck_assert_msg(kl[1] < KL_R_MAX, "k8v4r mean KL %.4f", kl[1]);
+    ck_assert_msg(kl[2] < KL_R2_OF_R * kl[1], "k8v4r2 mean KL %.4f is not below %.2f x k8v4r's "
+                  "%.4f", kl[2], KL_R2_OF_R, kl[1]);
     tok_ids_free(&ids);
     free(ref);
 }
@@ -379,6 +391,7 @@ static void arch_against_ref(const char *name, const char *args)
     compare_with_ref(path, toks, 12, STRATA_KV_F16, "f64", 3e-3);
     compare_with_ref(path, toks, 12, STRATA_KV_K8V4, "k8v4", 2e-2);
     compare_with_ref(path, toks, 12, STRATA_KV_K8V4R, "k8v4r", 2e-2);
+    compare_with_ref(path, toks, 12, STRATA_KV_K8V4R2, "k8v4r2", 2e-2);
 }
 
 START_TEST(qwen2_matches_reference)
@@ -484,6 +497,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, logits_match_reference_with_k8v4_kv);
     tcase_add_test(tc, int8_activations_stay_near_f64);
     tcase_add_test(tc, logits_match_reference_with_k8v4r_kv);
+    tcase_add_test(tc, logits_match_reference_with_k8v4r2_kv);
     tcase_add_test(tc, greedy_matches_reference);
     tcase_add_test(tc, split_and_chunk_do_not_change_a_bit);
     tcase_add_test(tc, batch_rows_equal_solo_rows);

@@ -685,20 +685,21 @@ START_TEST(park_checksums_only_when_verified)
 END_TEST
 
 /* Each KV type parks and restores as itself: an image records the type
- * it was written in (k8v4 and k8v4r images have the same size and layout,
+ * it was written in (k8v4, k8v4r and k8v4r2 images have the same size and layout,
  * so nothing else would tell them apart), the restored conversation
  * continues with the tokens of one never parked, and the shuttle refuses
  * to move K/V between engines of different types. */
 START_TEST(park_restores_each_kv_type)
 {
-    static const int types[] = {STRATA_KV_K8V4, STRATA_KV_K8V4R, STRATA_KV_F16};
-    strata_engine *es[3];
-    strata_seq *keep[3];
+    static const int types[] = {STRATA_KV_K8V4, STRATA_KV_K8V4R, STRATA_KV_F16, STRATA_KV_K8V4R2};
+    enum { NT = sizeof types / sizeof types[0] };
+    strata_engine *es[NT];
+    strata_seq *keep[NT];
     int32_t t[400], ref[8], got_t[8];
     rand_tokens(t, 400, 31);
     float *lg = malloc(sizeof(float) * N_VOCAB);
     strata_error err = {0};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NT; k++) {
         strata_engine *e = es[k] = open_engine_kv("2", 4096, types[k]);
         ck_assert_int_eq(strata_kv_type(e), types[k]);
         strata_seq *s = new_seq(e);
@@ -732,7 +733,7 @@ START_TEST(park_restores_each_kv_type)
     ck_assert_msg(strstr(err.msg, "k8v4r"), "%s", err.msg);
     strata_seq_free(to);
     park_free(pk);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NT; k++) {
         strata_seq_free(keep[k]);
         strata_close(es[k]);
     }

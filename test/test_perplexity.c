@@ -110,8 +110,8 @@ START_TEST(test_ppl_q4_1)
     NEED_CLI_AND_MODEL();
     ppl_result f16 = perplexity(cli, model, "f16");
     ck_assert_msg(f16.ppl > Q4_1_LO && f16.ppl < Q4_1_HI, "Q4_1 f16 ppl %.4f", f16.ppl);
-    static const char *const kvs[] = {"k8v4", "k8v4r"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const kvs[] = {"k8v4", "k8v4r", "k8v4r2"};
+    for (int i = 0; i < 3; i++) {
         ppl_result q = perplexity(cli, model, kvs[i]);
         ck_assert_msg(q.ppl > Q4_1_LO && q.ppl < Q4_1_HI, "Q4_1 %s ppl %.4f", kvs[i], q.ppl);
         ck_assert_msg(q.ppl != f16.ppl, "%s gave exactly the f16 figure: is --kv ignored?",

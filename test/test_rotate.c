@@ -193,14 +193,17 @@ static strata_engine *open_kv(const char *path, int kv, int *rc, strata_error *e
     return e;
 }
 
-/* DEFAULT resolves to plain k8v4 (engine/engine.c says why); an explicit
- * k8v4r is taken where the head dim allows it and refused where not. */
+/* DEFAULT resolves to k8v4r2 where the head dim can be rotated and to plain
+ * k8v4 where not (engine/engine.c says why); an explicit k8v4r or k8v4r2 is
+ * taken where the head dim allows it and refused where not. */
 START_TEST(default_kv_type_follows_the_head_dim)
 {
     if (!test_cli())
         TEST_SKIP("strata-cli not built (STRATA_CLI unset)");
     ck_assert_int_eq(strata_params_default().kv_type, STRATA_KV_DEFAULT);
     ck_assert_int_eq(strata_kv_parse("k8v4r"), STRATA_KV_K8V4R);
+    ck_assert_int_eq(strata_kv_parse("k8v4r2"), STRATA_KV_K8V4R2);
+    ck_assert_str_eq(strata_kv_name(STRATA_KV_K8V4R2), "k8v4r2");
     ck_assert_int_eq(strata_kv_parse("k8v4"), STRATA_KV_K8V4);
     ck_assert_int_eq(strata_kv_parse("f16"), STRATA_KV_F16);
     ck_assert_int_eq(strata_kv_parse("q4"), -1);
@@ -217,7 +220,7 @@ START_TEST(default_kv_type_follows_the_head_dim)
     int rc;
     strata_engine *e = open_kv(p64, STRATA_KV_DEFAULT, &rc, &err);
     ck_assert_msg(rc == 0, "%s", err.msg);
-    ck_assert_int_eq(strata_kv_type(e), STRATA_KV_K8V4);
+    ck_assert_int_eq(strata_kv_type(e), STRATA_KV_K8V4R2);
     strata_close(e);
     e = open_kv(p64, STRATA_KV_K8V4R, &rc, &err);
     ck_assert_msg(rc == 0, "%s", err.msg);
@@ -231,6 +234,10 @@ START_TEST(default_kv_type_follows_the_head_dim)
     ck_assert_int_eq(rc, STRATA_E_UNSUPPORTED);
     ck_assert_ptr_null(e);
     ck_assert_msg(strstr(err.msg, "head_dim 96"), "%s", err.msg);
+    e = open_kv(p96, STRATA_KV_K8V4R2, &rc, &err);
+    ck_assert_int_eq(rc, STRATA_E_UNSUPPORTED);
+    ck_assert_ptr_null(e);
+    ck_assert_msg(strstr(err.msg, "k8v4r2") && strstr(err.msg, "head_dim 96"), "%s", err.msg);
     e = open_kv(p64, 42, &rc, &err);
     ck_assert_int_eq(rc, STRATA_E_ARG);
     remove(p64);

@@ -227,6 +227,8 @@ static int upload_layer(strata_engine *e, cuda_stage *cs, const layer_weights *L
     rc = rc ? rc : upload_vec(L->ffn_norm, hp->n_embd, &d->ffn_norm, cs->dev, err);
     rc = rc ? rc : upload_vec(L->bq, dq, &d->bq, cs->dev, err);
     rc = rc ? rc : upload_vec(L->bk, dkv, &d->bk, cs->dev, err);
+    rc = rc ? rc : upload_vec(engine_kshift(e, (int)(L - e->m->layers)), dkv, &d->kshift, cs->dev,
+                              err);
     rc = rc ? rc : upload_vec(L->bv, dkv, &d->bv, cs->dev, err);
     rc = rc ? rc : upload_vec(L->q_norm, hp->head_dim, &d->q_norm, cs->dev, err);
     rc = rc ? rc : upload_vec(L->k_norm, hp->head_dim, &d->k_norm, cs->dev, err);
@@ -519,7 +521,7 @@ void cuda_engine_free(strata_engine *e)
         for (int l = 0; cs->layers && l < e->stages[i].l1 - e->stages[i].l0; l++) {
             dlayer *d = &cs->layers[l];
             float *v[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->q_norm, d->k_norm,
-                          d->post_attn_norm, d->post_ffn_norm};
+                          d->post_attn_norm, d->post_ffn_norm, d->kshift};
             for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)
                 cudaFree(v[j]);
             dweight *w[] = {&d->wq,   &d->wk,   &d->wv,        &d->wo,      &d->gate,

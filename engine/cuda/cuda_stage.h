@@ -30,6 +30,7 @@ typedef struct dweight {
 
 typedef struct dlayer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+    float *kshift; /* k8v4r2: kv_view.kshift (engine_kshift), else NULL */
     float *post_attn_norm, *post_ffn_norm; /* gemma3, else NULL */
     dweight wq, wk, wv, wo, gate, up, down, router, gate_exps, up_exps, down_exps;
     /* stacked rows (cuda_setup.c, upload_stacked): when set, the parts

@@ -124,6 +124,7 @@ static void attention_block(srun *r, int il)
         rp.freq_scale = 1.0f;
     }
     kv_view kv = kv_pool_view(r->st->kv, il - r->st->l0, pages);
+    kv.kshift = d->kshift; /* k8v4r2: k minus the rotated K bias is stored */
     const int rot = engine_kv_rotated(r->e->p.kv_type); /* k8v4r */
 
     if (!r->normed)

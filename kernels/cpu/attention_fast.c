@@ -6,7 +6,8 @@
  *  - no per-token dequantization into a buffer: a k8v4 key is dotted with
  *    the query straight from its int8 codes (one fp16 scale per 32 codes:
  *    s = sum_b d_b * sum_i q_i k_i), and a value is added into the output
- *    straight from its Q4_0 nibbles (p * d_b folded into one multiplier);
+ *    straight from its Q4_0 nibbles (p * d_b folded into one multiplier;
+ *    k8v4nl's nibbles index the IQ4_NL levels instead, one table lookup);
  *    an f16 cache is read with F16C;
  *  - float instead of double, and one exp per token: the softmax is online
  *    page by page (256 tokens): the page's scores first, then its maximum,
@@ -72,6 +73,16 @@ static void value_add_scalar(const kv_view *kv, size_t tok, float p, float *acc)
     }
     const uint8_t *v = kv->vq + tok * (hd / 2);
     const uint16_t *d = kv->vd + tok * (hd / 32);
+    if (kv->type == KV_K8V4NL) { /* codes index the IQ4_NL levels */
+        for (int b = 0; b < hd / 32; b++) {
+            const float pd = p * fp16_to_f32(d[b]);
+            for (int j = 0; j < 16; j++) {
+                acc[32 * b + j] += pd * (float)iq4nl_values[v[16 * b + j] & 15];
+                acc[32 * b + j + 16] += pd * (float)iq4nl_values[v[16 * b + j] >> 4];
+            }
+        }
+        return;
+    }
     for (int b = 0; b < hd / 32; b++) {
         const float pd = p * fp16_to_f32(d[b]);
         for (int j = 0; j < 16; j++) {
@@ -161,11 +172,14 @@ AVX2_INLINE void value_add_avx2(const kv_view *kv, size_t tok, float p, float *a
     const uint8_t *v = kv->vq + tok * (hd / 2);
     const uint16_t *d = kv->vd + tok * (hd / 32);
     const __m128i m4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    const int nl = kv->type == KV_K8V4NL; /* codes index the IQ4_NL levels: one shuffle */
+    const __m128i tab = _mm_loadu_si128((const __m128i *)iq4nl_values);
     for (int b = 0; b < hd / 32; b++) {
         const __m256 pd = _mm256_set1_ps(p * ld_fp16_avx2((const uint8_t *)(d + b)));
         const __m128i x = _mm_loadu_si128((const __m128i *)(v + 16 * b));
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m4), eight);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), eight);
+        const __m128i cl = _mm_and_si128(x, m4), ch = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+        const __m128i lo = nl ? _mm_shuffle_epi8(tab, cl) : _mm_sub_epi8(cl, eight);
+        const __m128i hi = nl ? _mm_shuffle_epi8(tab, ch) : _mm_sub_epi8(ch, eight);
         const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         for (int g = 0; g < 4; g++) {
             float *a = acc + 32 * b + 8 * g;

@@ -72,6 +72,94 @@ void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
     }
 }
 
+/* V with the IQ4_NL levels (model/quant.h, iq4nl_values): after the
+ * rotation a block of V is close to Gaussian, and these non-uniform levels
+ * (denser near zero) fit it better than Q4_0's uniform ones.  The scale is
+ * searched as ggml's IQ4_NL quantizer does: 15 candidates map the element
+ * of largest |x| to -127 + t (t = -7..7; a negative scale lets either sign
+ * take the table's wider end), each candidate's codes give the
+ * least-squares scale d = sum(l x) / sum(l^2), and the candidate with the
+ * largest d * sum(l x) (the least squared error) wins.  The codes are then
+ * re-chosen for the stored fp16 d (a NaN element counts as 0 in the sums
+ * and gets code 8; an Inf makes d = 0).  Every step is a plain IEEE operation
+ * and the sums run in the order of a 32-lane butterfly (kv_sum32), so
+ * kernels/cuda/kv.cu reproduces the block bit for bit.  Layout as Q4_0. */
+static const float nl_mid[15] = { /* midpoints of iq4nl_values */
+    -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+    7.0f, 19.0f, 31.5f, 45.5f, 61.0f, 79.0f, 101.0f,
+};
+
+/* The nearest level's index (the lower one at a midpoint); NaN -> 8. */
+int kv_nl_code(float r)
+{
+    if (!(r == r))
+        return 8;
+    int c = 0;
+    for (int i = 0; i < 15; i++)
+        c += r > nl_mid[i];
+    return c;
+}
+
+/* Sum of 32 floats in the order of a warp's xor butterfly (offsets 16, 8,
+ * 4, 2, 1), which the card's kernel uses. */
+static float kv_sum32(float *a)
+{
+    for (int off = 16; off; off >>= 1)
+        for (int i = 0; i < off; i++)
+            a[i] = a[i] + a[i + off];
+    return a[0];
+}
+
+void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
+{
+    for (int b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                mx = xb[j];
+            }
+        }
+        float best = -1.0f, db = 0.0f;
+        if (amax > 0.0f && amax <= 3.0e38f) { /* zero, Inf: d = 0, every code 8 */
+            for (int t = -7; t <= 7; t++) {
+                float id = (float)(t - 127) / mx, px[32];
+                int sqq = 0;
+                for (int j = 0; j < 32; j++) {
+                    int l = iq4nl_values[kv_nl_code(xb[j] * id)];
+                    px[j] = xb[j] == xb[j] ? (float)l * xb[j] : 0.0f; /* NaN: as 0 */
+                    sqq += l * l;
+                }
+                float sqx = kv_sum32(px);
+                float dt = sqx / (float)sqq, score = dt * sqx;
+                if (score > best) {
+                    best = score;
+                    db = dt;
+                }
+            }
+        }
+        d[b] = f32_to_fp16(db);
+        float ds = fp16_to_f32(d[b]);
+        float id = ds != 0.0f ? 1.0f / ds : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            int lo = kv_nl_code(xb[j] * id), hi = kv_nl_code(xb[j + 16] * id);
+            q[16 * b + j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+
+void cpu_dequant_v4nl(const uint8_t *q, const uint16_t *d, int n, float *x)
+{
+    for (int b = 0; b < n / 32; b++) {
+        float db = fp16_to_f32(d[b]);
+        for (int j = 0; j < 16; j++) {
+            x[32 * b + j] = db * iq4nl_values[q[16 * b + j] & 15];
+            x[32 * b + j + 16] = db * iq4nl_values[q[16 * b + j] >> 4];
+        }
+    }
+}
+
 void cpu_dequant_k8(const int8_t *q, const uint16_t *d, int n, float *x)
 {
     for (int i = 0; i < n; i++)
@@ -101,8 +189,14 @@ static size_t kv_offset(const kv_view *kv, int32_t pos, int head, int per_tok)
 void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k, const float *v)
 {
     int hd = kv->head_dim;
+    float ks[KV_ROT_MAX_DIM]; /* head_dim <= 512 (checked at model load) */
     for (int h = 0; h < kv->n_kv_head; h++) {
         const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
+        if (kv->kshift) {
+            for (int i = 0; i < hd; i++)
+                ks[i] = kh[i] - kv->kshift[(size_t)h * hd + i];
+            kh = ks;
+        }
         if (kv->type == KV_F16) {
             uint16_t *ko = kv->kh + kv_offset(kv, pos, h, hd);
             uint16_t *vo = kv->vh + kv_offset(kv, pos, h, hd);
@@ -114,8 +208,8 @@ void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k, const float *v
         }
         cpu_quant_k8(kh, hd, kv->kq + kv_offset(kv, pos, h, hd),
                      kv->kd + kv_offset(kv, pos, h, hd / 32));
-        cpu_quant_v4(vh, hd, kv->vq + kv_offset(kv, pos, h, hd / 2),
-                     kv->vd + kv_offset(kv, pos, h, hd / 32));
+        (kv->type == KV_K8V4NL ? cpu_quant_v4nl : cpu_quant_v4)(
+            vh, hd, kv->vq + kv_offset(kv, pos, h, hd / 2), kv->vd + kv_offset(kv, pos, h, hd / 32));
     }
 }
 
@@ -131,8 +225,9 @@ static void kv_load(const kv_view *kv, int32_t pos, int head, int want_v, float 
         cpu_dequant_k8(kv->kq + kv_offset(kv, pos, head, hd),
                        kv->kd + kv_offset(kv, pos, head, hd / 32), hd, out);
     } else {
-        cpu_dequant_v4(kv->vq + kv_offset(kv, pos, head, hd / 2),
-                       kv->vd + kv_offset(kv, pos, head, hd / 32), hd, out);
+        (kv->type == KV_K8V4NL ? cpu_dequant_v4nl : cpu_dequant_v4)(
+            kv->vq + kv_offset(kv, pos, head, hd / 2), kv->vd + kv_offset(kv, pos, head, hd / 32),
+            hd, out);
     }
 }
 

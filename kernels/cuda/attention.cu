@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a
                 k = h2f(a.kv.kd[si * nb + b]) * (float)a.kv.kq[si * hd + d];
                 uint8_t byte = a.kv.vq[si * (hd / 2) + 16 * b + (e & 15)];
                 int nib = e < 16 ? (byte & 15) : (byte >> 4);
-                v = h2f(a.kv.vd[si * nb + b]) * (float)(nib - 8);
+                v = h2f(a.kv.vd[si * nb + b]) *
+                    (float)(a.kv.type == KV_K8V4NL ? att_nl_level(nib) : nib - 8);
             }
             s += qv[j] * k;
             vv[j] = v;
@@ -306,7 +307,7 @@ static int att_fast_ok(const kv_view *kv, int group)
 {
     int hd = kv->head_dim;
     return (hd == 64 || hd == 128 || hd == 256) && group >= 1 && group <= 8 &&
-           (kv->type == KV_K8V4 || kv->type == KV_F16);
+           (kv->type == KV_K8V4 || kv->type == KV_K8V4NL || kv->type == KV_F16);
 }
 
 static int att_nt(int hd, int n_tok)
@@ -400,7 +401,7 @@ static int att_check(const kv_view *kv, int n_head, const char *who, strata_erro
                           kv->n_kv_head);
     if (kv->head_dim <= 0 || kv->head_dim % 32 || kv->head_dim > 32 * PLAIN_MAX_DPL)
         return strata_err(err, STRATA_E_ARG, "%s: head_dim %d", who, kv->head_dim);
-    if (kv->type != KV_K8V4 && kv->type != KV_F16)
+    if (kv->type != KV_K8V4 && kv->type != KV_K8V4NL && kv->type != KV_F16)
         return strata_err(err, STRATA_E_UNSUPPORTED, "%s: kv type %d", who, kv->type);
     return 0;
 }
@@ -522,8 +523,9 @@ extern "C" int cuda_attention_window(const kv_view *kv, int page_stride, const i
         a.n_tiles = (n_tok + a.tpt - 1) / a.tpt;
         grid = dim3(1, (unsigned)(kv->n_kv_head * a.n_tiles), (unsigned)n_seq);
     }
-    CUDA_CHECK(err, kv->type == KV_K8V4 ? att_launch_kt<KV_K8V4>(a, grid, split, nt, stream)
-                                        : att_launch_kt<KV_F16>(a, grid, split, nt, stream));
+    CUDA_CHECK(err, kv->type == KV_K8V4     ? att_launch_kt<KV_K8V4>(a, grid, split, nt, stream)
+                    : kv->type == KV_K8V4NL ? att_launch_kt<KV_K8V4NL>(a, grid, split, nt, stream)
+                                            : att_launch_kt<KV_F16>(a, grid, split, nt, stream));
     CUDA_CHECK_LAUNCH(err, "attn_mma");
     return 0;
 }

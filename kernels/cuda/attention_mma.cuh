@@ -55,6 +55,28 @@ __device__ __forceinline__ float h2f(uint32_t bits16)
     return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xffffu)));
 }
 
+/* k8v4nl's V codes index the IQ4_NL levels (kernels/cpu/kv.c). */
+__device__ __forceinline__ int att_nl_level(int c)
+{
+    const int8_t lv[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                           1,    13,   25,  38,  53,  69,  89,  113};
+    return lv[c];
+}
+
+/* Four 4-bit codes, one in the low nibble of each byte of x, to their four
+ * IQ4_NL levels as int8 bytes: prmt looks up 8 bytes at a time (3 bits of
+ * a selector nibble), once in levels 0-7 and once in 8-15, and bit 3 of
+ * each code picks between the two. */
+__device__ __forceinline__ uint32_t att_nl_bytes(uint32_t x)
+{
+    const uint32_t s = x & 0x07070707u, t = s | (s >> 4);
+    const uint32_t sel = (t & 0xffu) | ((t >> 8) & 0xff00u);
+    const uint32_t lo = prmt(0xbfad9881u, 0xf6eaddcfu, sel); /* -127 -104 -83 -65 | -49 .. -10 */
+    const uint32_t hi = prmt(0x26190d01u, 0x71594535u, sel); /* 1 13 25 38 | 53 69 89 113 */
+    const uint32_t m = ((x >> 3) & 0x01010101u) * 0xffu;
+    return (lo & ~m) | (hi & m);
+}
+
 /* D = A(16x16, row) * B(16x8, col) + D, fp16 in, fp32 accumulate. */
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
@@ -211,6 +233,10 @@ template <int HD> struct att_step<KV_K8V4, HD> {
     }
 };
 
+/* k8v4nl: the same bytes as k8v4; only the V decode (att_pv) differs. */
+template <int HD> struct att_step<KV_K8V4NL, HD> : att_step<KV_K8V4, HD> {
+};
+
 template <int HD> struct att_step<KV_F16, HD> {
     static constexpr int NB = HD / 32, VW = HD / 16;
     static constexpr int PAIR_STAGES = HD == 256 ? 1 : 2;
@@ -266,7 +292,7 @@ template <int HD> struct att_step<KV_F16, HD> {
  * lane group g: rows g and g+8 of the m-tile. */
 template <int KT, int HD> __device__ __forceinline__ int att_dim(int i, int g, int e)
 {
-    if constexpr (KT == KV_K8V4) {
+    if constexpr (KT != KV_F16) { /* k8v4, k8v4nl */
         constexpr int VB = HD / 16;
         int byte = g * VB + i; /* byte of the 64-byte V row */
         int d = 32 * (byte / 16) + (byte % 16);
@@ -297,7 +323,7 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         uint32_t a0[4], a1[4]; /* k-steps: dims 8c+0..3 and 8c+4..7 of block b */
-        if constexpr (KT == KV_K8V4) {
+        if constexpr (KT != KV_F16) { /* k8v4, k8v4nl */
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 uint32_t lo = st.k[r][b][0] ^ 0x80808080u, hi = st.k[r][b][1] ^ 0x80808080u;
@@ -344,7 +370,7 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
                                        const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
                                        int c)
 {
-    if constexpr (KT == KV_K8V4) {
+    if constexpr (KT != KV_F16) { /* k8v4, k8v4nl */
         uint32_t dv[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -359,6 +385,20 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
             uint32_t dab = prmt(st.v[0][w], st.v[1][w], sel);
             uint32_t dcd = prmt(st.v[2][w], st.v[3][w], sel);
             uint32_t A[4];
+            if constexpr (KT == KV_K8V4NL) {
+                /* bytes: lo(a), hi(a), lo(b), hi(b) nibble codes -> levels;
+                 * then int8 -> fp16 as K's (x ^ 0x80 into 1024 + x, - 1152) */
+                uint32_t la = att_nl_bytes((dab & 0x000f000fu) | ((dab >> 4) & 0x0f000f00u)) ^ 0x80808080u;
+                uint32_t lc = att_nl_bytes((dcd & 0x000f000fu) | ((dcd >> 4) & 0x0f000f00u)) ^ 0x80808080u;
+                A[0] = h2mul(h2sub(prmt(la, 0x64646464u, 0x4240u), H2_1152), dvab);
+                A[1] = h2mul(h2sub(prmt(la, 0x64646464u, 0x4341u), H2_1152), dvab);
+                A[2] = h2mul(h2sub(prmt(lc, 0x64646464u, 0x4240u), H2_1152), dvcd);
+                A[3] = h2mul(h2sub(prmt(lc, 0x64646464u, 0x4341u), H2_1152), dvcd);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    mma16816(ws.o[i][nt], A, pb[nt][0], pb[nt][1]);
+                continue;
+            }
             A[0] = h2mul(h2sub((dab & 0x000f000fu) | 0x64006400u, H2_1032), dvab);
             A[1] = h2mul(h2fma((dab & 0x00f000f0u) | 0x64006400u, H2_1_16, H2_M72), dvab);
             A[2] = h2mul(h2sub((dcd & 0x000f000fu) | 0x64006400u, H2_1032), dvcd);

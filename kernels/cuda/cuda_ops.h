@@ -221,7 +221,8 @@ int cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, strata_er
 int cuda_bias_add(float *y, const float *b, int n_rows, int64_t n, int64_t stride,
                   cudaStream_t stream, strata_error *err);
 
-/* Append K and V rows to the paged cache, bit-exact with cpu_kv_store.
+/* Append K and V rows to the paged cache, bit-exact with cpu_kv_store
+ * (k8v4, k8v4nl, f16; kv->kshift, a device vector, subtracted from k).
  * kv: device pointers; kv->pages holds n_seq page-table rows page_stride
  * apart.  Token i (0 <= i < n_seq * n_tok) belongs to sequence i / n_tok,
  * sits at position d_pos[i], and its k (v) row of n_kv_head * head_dim
@@ -231,7 +232,7 @@ int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
                   const int32_t *d_pos, const float *k, int64_t k_stride, const float *v,
                   int64_t v_stride, cudaStream_t stream, strata_error *err);
 
-/* The k8v4r rotation (kernels/ops.h, "KV rotation"), in place, bit-exact
+/* The k8v4r / k8v4r2 rotation (kernels/ops.h, "KV rotation"), in place, bit-exact
  * with the CPU twins.  cuda_kv_rotate: x <- R x for the n_q_heads head
  * vectors at the start of each of n_tok rows of q (q_stride floats apart)
  * and the n_kv_heads of k and v (either may be NULL), in one launch; twin:
@@ -243,7 +244,7 @@ int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v
 int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                      cudaStream_t stream, strata_error *err);
 
-/* Attention over the paged cache (k8v4 or f16), twin of cpu_attention.
+/* Attention over the paged cache (k8v4, k8v4nl or f16), twin of cpu_attention.
  * Sequence b (< n_seq) has n_tok query tokens at positions d_pos[b] + i
  * (the cache already holds them); query row (b * n_tok + i) starts at
  * q + (b * n_tok + i) * q_stride with n_head * head_dim floats (16-byte

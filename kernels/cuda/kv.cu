@@ -14,6 +14,12 @@
  * reduction order does not matter; Q4_0's "first element with the largest
  * |x|" is a (|x|, lowest index) maximum, also order-free.
  *
+ * KV_K8V4NL's V (cpu_quant_v4nl): the same extreme, then 15 candidate
+ * scales, each a warp pass: codes by comparison with the level midpoints,
+ * sum(l x) by the xor butterfly whose order kv_sum32 copies on the CPU,
+ * sum(l^2) in integers (exact in any order); the same IEEE divisions and
+ * products, so the codes and the scale match the CPU's bit for bit.
+ *
  * Layout and speed: one warp per 32-element block (one lane per element),
  * shuffles for the block maximum, lanes 0..15 pack the nibble pairs.  A
  * token's K+V is a few hundred bytes: the kernel is latency-bound and runs
@@ -53,6 +59,27 @@ __device__ __forceinline__ int v4_code(float r)
     return (int)fminf(fmaxf(r, 0.0f), 15.0f);
 }
 
+/* The nearest IQ4_NL level's index (kernels/cpu/kv.c, kv_nl_code). */
+__device__ __forceinline__ int nl_code(float r)
+{
+    if (!(r == r))
+        return 8;
+    const float mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                           7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+    int c = 0;
+#pragma unroll
+    for (int i = 0; i < 15; i++)
+        c += r > mid[i];
+    return c;
+}
+
+__device__ __forceinline__ int nl_level(int c)
+{
+    const int8_t lv[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                           1,    13,   25,  38,  53,  69,  89,  113};
+    return lv[c];
+}
+
 /* Index of token `pos` of kv head h in a pool with `per_tok` elements per
  * token: [page][head][KV_PAGE][per_tok]. */
 __device__ __forceinline__ int64_t kv_slot(const int32_t *pages, int n_kv_head, int32_t pos,
@@ -81,6 +108,8 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
     int32_t p = pos[i];
     int64_t slot = kv_slot(kv.pages + (int64_t)seq * page_stride, kv.n_kv_head, p, h);
     float xk = k[(int64_t)i * k_stride + (int64_t)h * hd + 32 * b + lane];
+    if (kv.kshift) /* k8v4r2: minus the rotated K bias, as cpu_kv_store */
+        xk = __fsub_rn(xk, kv.kshift[(int64_t)h * hd + 32 * b + lane]);
     float xv = v[(int64_t)i * v_stride + (int64_t)h * hd + 32 * b + lane];
 
     if (kv.type == KV_F16) {
@@ -106,9 +135,39 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
     float vmax = __shfl_sync(0xffffffffu, xv, bi);
     if (!(best > 0.0f))
         vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */
-    float dv = __fdiv_rn(vmax, -8.0f);
-    float idv = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
-    int code = v4_code(__fadd_rn(__fmul_rn(xv, idv), 8.5f));
+    float dv;
+    int code;
+    if (kv.type == KV_K8V4NL) {
+        /* IQ4_NL levels, searched scale (cpu_quant_v4nl); zero or Inf
+         * extreme: d = 0 and every code 8, as there */
+        float bestsc = -1.0f, db = 0.0f;
+        if (best > 0.0f && best <= 3.0e38f) {
+            for (int t = -7; t <= 7; t++) {
+                float id = __fdiv_rn((float)(t - 127), vmax);
+                int l = nl_level(nl_code(__fmul_rn(xv, id)));
+                float sqx = xv == xv ? __fmul_rn((float)l, xv) : 0.0f; /* NaN: as 0 */
+                int sqq = l * l;
+                for (int o = 16; o > 0; o >>= 1) {
+                    sqx = __fadd_rn(sqx, __shfl_xor_sync(0xffffffffu, sqx, o));
+                    sqq += __shfl_xor_sync(0xffffffffu, sqq, o);
+                }
+                float dt = __fdiv_rn(sqx, (float)sqq), score = __fmul_rn(dt, sqx);
+                if (score > bestsc) {
+                    bestsc = score;
+                    db = dt;
+                }
+            }
+        }
+        uint16_t dh = f2h_bits(db);
+        dv = __half2float(__ushort_as_half(dh));
+        float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
+        code = nl_code(__fmul_rn(xv, id));
+        dv = db; /* stored below as the same fp16 bits */
+    } else {
+        dv = __fdiv_rn(vmax, -8.0f);
+        float idv = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
+        code = v4_code(__fadd_rn(__fmul_rn(xv, idv), 8.5f));
+    }
     int hi = __shfl_down_sync(0xffffffffu, code, 16);
     if (lane < 16)
         kv.vq[slot * (hd / 2) + 16 * b + lane] = (uint8_t)(code | (hi << 4));
@@ -126,7 +185,7 @@ extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int 
     if (kv->head_dim <= 0 || kv->head_dim % 32)
         return strata_err(err, STRATA_E_ARG, "cuda_kv_store: head_dim %d is not a multiple of 32",
                           kv->head_dim);
-    if (kv->type != KV_K8V4 && kv->type != KV_F16)
+    if (kv->type != KV_K8V4 && kv->type != KV_F16 && kv->type != KV_K8V4NL)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_kv_store: kv type %d", kv->type);
     int64_t warps = (int64_t)n_seq * n_tok * kv->n_kv_head * (kv->head_dim / 32);
     int blocks = (int)((warps + KV_WARPS - 1) / KV_WARPS);

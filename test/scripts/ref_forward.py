@@ -38,9 +38,14 @@ KV cache (--kv):
         Sylvester-order Walsh-Hadamard matrix, s[i] = -1 where bit i % 64 of
         splitmix64 output i // 64 from state 0x5354524154415231 is set
         (doc/engine.md, "The KV cache").
+  k8v4r2 k8v4r with two changes (doc/engine.md, "The KV cache"): K stores
+        Q8_0 of R k - R b_k (b_k the layer's K bias, when it has one; it is
+        added back after decoding, which moves every score of a query by the
+        same amount, as the engine's omission of it does) and V's 32-blocks
+        are coded into the IQ4_NL levels with cpu_quant_v4nl's scale search.
 
 Usage:
-  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|f16|k8v4|k8v4r] [--last]
+  ref_forward.py MODEL --tokens 1,2,3 [--kv f64|f16|k8v4|k8v4r|k8v4r2] [--last]
                  [--logits-out F.npy] [--print-top K] [--greedy N] [--stats]
 
   --logits-out  float64 array [positions, n_vocab]: one row per position fed
@@ -249,13 +254,22 @@ def rot_matrix(d):
 class KVCache:
     def __init__(self, m, mode):
         self.mode = mode
-        self.R = rot_matrix(m.head_dim) if mode == "k8v4r" else None
+        self.R = rot_matrix(m.head_dim) if mode in ("k8v4r", "k8v4r2") else None
+        self.m = m
         self.k = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
         self.v = [np.zeros((0, m.n_head_kv, m.head_dim)) for _ in range(m.n_layer)]
 
     def append(self, il, k, v):
         """k, v: [n, n_head_kv, head_dim] float64 for the new positions."""
-        if self.R is not None:
+        if self.mode == "k8v4r2":
+            bk = np.zeros((self.m.n_head_kv, self.m.head_dim))
+            if self.m.has("blk.%d.attn_k.bias" % il):
+                bk = self.m.w("blk.%d.attn_k.bias" % il).reshape(bk.shape)
+            rb = (bk @ self.R.T).astype(np.float32)                # R b_k per kv head
+            rk = (k @ self.R.T).astype(np.float32) - rb[None]      # float32, as the engine
+            k = (ref_quants.kv_q8_0_roundtrip(rk).astype(np.float64) + rb[None]) @ self.R
+            v = ref_quants.kv_v4nl_roundtrip((v @ self.R.T).astype(np.float32)) @ self.R
+        elif self.R is not None:
             # rotate each head vector (x -> R x), quantize as k8v4, rotate back
             k = ref_quants.kv_q8_0_roundtrip((k @ self.R.T).astype(np.float32)) @ self.R
             v = ref_quants.kv_q4_0_roundtrip((v @ self.R.T).astype(np.float32)) @ self.R
@@ -333,7 +347,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="float64 reference forward pass (see module doc)")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
-    ap.add_argument("--kv", choices=("f64", "f16", "k8v4", "k8v4r"), default="f64")
+    ap.add_argument("--kv", choices=("f64", "f16", "k8v4", "k8v4r", "k8v4r2"), default="f64")
     ap.add_argument("--logits-out")
     ap.add_argument("--print-top", type=int, default=0)
     ap.add_argument("--last", action="store_true", help="only the last position")

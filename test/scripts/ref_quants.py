@@ -175,6 +175,62 @@ def kv_q4_0_roundtrip(x):
     return ((code - np.float32(8)) * dh[:, None]).reshape(shape)
 
 
+IQ4NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                         1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+_NL_MID = ((IQ4NL_LEVELS[:-1] + IQ4NL_LEVELS[1:]) / 2).astype(np.float32)
+
+
+def _nl_code(r):
+    """Index of the nearest IQ4_NL level (the lower on a tie); NaN -> 8."""
+    c = np.sum(r[..., None] > _NL_MID, axis=-1)
+    return np.where(np.isnan(r), 8, c)
+
+
+def _sum32_butterfly(a):
+    """Sum of the last axis (32) in the order of a warp's xor butterfly,
+    as kernels/cpu/kv.c's kv_sum32 (float32 adds)."""
+    a = np.array(a, dtype=np.float32)
+    off = 16
+    while off:
+        a[..., :off] = a[..., :off] + a[..., off:2 * off]
+        off //= 2
+    return a[..., 0]
+
+
+def kv_v4nl_roundtrip(x):
+    """V of the k8v4r2 cache: 32-blocks coded into the IQ4_NL levels with the
+    scale search of cpu_quant_v4nl (kernels/cpu/kv.c), decoded again.  Every
+    step in float32 in the C's order, so the codes match strata's."""
+    x = np.asarray(x, dtype=np.float32)
+    shape = x.shape
+    b = x.reshape(-1, 32)
+    absb = np.where(np.isnan(b), np.float32(0), np.abs(b))
+    imax = np.argmax(absb, axis=1)
+    mx = b[np.arange(b.shape[0]), imax]
+    amax = absb[np.arange(b.shape[0]), imax]
+    ok = (amax > 0) & (amax <= np.float32(3.0e38))
+    safe = np.where(ok, mx, np.float32(1)).astype(np.float32)
+    best = np.full(b.shape[0], np.float32(-1))
+    db = np.zeros(b.shape[0], dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t in range(-7, 8):
+            idv = (np.float32(t - 127) / safe).astype(np.float32)
+            lv = IQ4NL_LEVELS[_nl_code((b * idv[:, None]).astype(np.float32))]
+            px = np.where(np.isnan(b), np.float32(0), lv * b).astype(np.float32)
+            sqq = np.sum(lv.astype(np.int64) ** 2, axis=1).astype(np.float32)
+            sqx = _sum32_butterfly(px)
+            dt = (sqx / sqq).astype(np.float32)
+            score = (dt * sqx).astype(np.float32)
+            better = ok & (score > best)
+            best = np.where(better, score, best)
+            db = np.where(better, dt, db)
+    dh = db.astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        idv = np.where(dh != 0, np.float32(1) / np.where(dh != 0, dh, 1), 0).astype(np.float32)
+    code = _nl_code((b * idv[:, None]).astype(np.float32))
+    return (dh[:, None] * IQ4NL_LEVELS[code]).astype(np.float32).reshape(shape)
+
+
 def kv_q8_0_bytes(x):
     """Packed Q8_0 blocks of x (for the self-test)."""
     b = np.asarray(x, dtype=np.float32).reshape(-1, 32)
