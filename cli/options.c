@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/cpu/act_q8.h"
 #include "kernels/ops.h"
 #include "cli/options.h"
 #include "sched/scheduler.h"
@@ -338,11 +339,11 @@ static const opt_help opt_help_lines[] = {
      "                          token or the context is full)\n"},
     {CLI_USE_ENGINE,
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-     "  --kv k8v4r2|k8v4r|k8v4|f16  KV cache format (default k8v4r2: k8v4's bytes,\n"
-     "                          rotated, K minus its bias, V in IQ4_NL levels; k8v4:\n"
-     "                          K Q8_0, V Q4_0; k8v4r: k8v4 after a Hadamard rotation\n"
-     "                          per head; the demo model: k8v4, or f16 on the CPU\n"
-     "                          with STRATA_MATMUL_F32=1)\n"
+     "  --kv k8v4|k8v4r|k8v4r2|f16  KV cache format (default k8v4: K Q8_0, V Q4_0;\n"
+     "                          k8v4r: k8v4 after a Hadamard rotation per head;\n"
+     "                          k8v4r2: k8v4's bytes, rotated, K minus its bias, V in\n"
+     "                          IQ4_NL levels, closest to f16; the demo model: k8v4,\n"
+     "                          or f16 on the CPU with STRATA_MATMUL_F32=1)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
@@ -432,16 +433,19 @@ int cli_opts_demo_defaults(cli_opts *o)
     if (strcmp(base, CLI_DEMO_MODEL) != 0)
         return 0;
     /* The 135M demo model's greedy answers flip with changes of ~1e-2 in its
-     * logits.  On the CPU the f16 cache keeps "What is the capital of
-     * France?" -> Paris and k8v4 loses it; on the card, whose matvecs take
+     * logits.  On the CPU with float activations the f16 cache keeps "What
+     * is the capital of France?" -> Paris; on the card, whose matvecs take
      * fp16/int8 activations (logits ~1e-2 from the CPU's), f16 lost it and
-     * k8v4 kept it (README, "The demo model").  The CPU's matmuls take int8
-     * activations too unless STRATA_MATMUL_F32=1, and then answer as the
-     * card does.  So: f16 only on the CPU with float activations.  Not the
-     * engine's default k8v4r2: with int8 activations it loses Paris too. */
+     * k8v4 kept it (README, "The demo model").  The CPU's int8 activations
+     * (its default) lose it with every cache since the prompt's tiled
+     * kernels (f16, k8v4, k8v4r, k8v4r2: "L'Etoile ..."), so on the CPU the
+     * demo takes the float activations, the reference path (about half the
+     * int8 decode rate), and f16. */
     int on_card = o->ep.backend == STRATA_BACKEND_CUDA ||
                   (o->ep.backend == STRATA_BACKEND_AUTO && strata_cuda_available(NULL));
-    int want = on_card || cpu_matmul_int8_activations() ? STRATA_KV_K8V4 : STRATA_KV_F16;
+    if (!on_card)
+        cpu_matmul_fast_set_q8(0);
+    int want = on_card ? STRATA_KV_K8V4 : STRATA_KV_F16;
     int changed = 0;
     if (!o->kv_given && o->ep.kv_type != want) {
         o->ep.kv_type = want;

@@ -88,7 +88,8 @@ int cli_opts_default_model(cli_opts *o, const char *cmd);
 /* The file name of the demo model (SmolLM2-135M-Instruct, Q4_1). */
 #define CLI_DEMO_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 /* The front ends' defaults for the demo model, where the user gave none:
- * --kv f16 and --temp 0.  At 135M parameters the model loses the thread
+ * --kv f16 and --temp 0, and float activations on the CPU (on the card:
+ * k8v4; options.c says why).  At 135M parameters the model loses the thread
  * when both K and V are quantized (k8v4) and when it samples; the engine's
  * defaults (k8v4, 0.8) stay for the models they are meant for.  Returns 1
  * when it changed something. */
