@@ -44,9 +44,9 @@ int strata_kv_parse(const char *name)
  * f16 cache's perplexity on both models measured (demo +0.45 %, Qwen2.5-0.5B
  * -0.30 %, where k8v4 costs +0.75 % and +2.60 %: doc/perplexity.md), but on
  * the H200 it decodes 7 % (batch 1) to 12 % (batch 8) slower than k8v4 at
- * 8K tokens, and about as much at an empty context (its store's scale
- * search): not the default until that cost is under 3 % (doc/engine.md,
- * "The KV cache").  An explicit rotated type the head dim cannot take is an
+ * 8K tokens (its store's scale search and its V decode in the attention):
+ * not the default until that cost is under 3 % (doc/engine.md, "The KV
+ * cache").  An explicit rotated type the head dim cannot take is an
  * error. */
 static int resolve_kv_type(strata_engine *e, strata_error *err)
 {
