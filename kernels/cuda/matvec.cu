@@ -84,14 +84,19 @@ __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb
         if (col < n)
             pb[blockIdx.y * span + (size_t)col * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[i];
     }
-    __threadfence(); /* the partials are visible before the ticket counts them */
+    /* as a grid barrier does it: the block's stores reach thread 0 through
+     * the barrier, its fence (cumulative) puts them before the ticket, and
+     * the last block's fence after its ticket before its loads (L2: ld.cg) */
     __syncthreads();
-    unsigned ticket = 0;
-    if (threadIdx.x == 0)
-        ticket = atomicAdd(a.tick + cell, 1u);
-    if (!__syncthreads_or(threadIdx.x == 0 && ticket == (unsigned)nseg - 1))
+    bool last = false;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(a.tick + cell, 1u) == (unsigned)nseg - 1;
+        if (last)
+            __threadfence();
+    }
+    if (!__syncthreads_or(last))
         return;
-    __threadfence();
     for (int i = threadIdx.x; i < (int)span; i += MV_THREADS) {
         const int c = i / BLOCK_ROWS, rl = i - c * BLOCK_ROWS, row = rb * BLOCK_ROWS + rl;
         if (row < rows) {
