@@ -169,28 +169,22 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         float *dx = (float *)(smem + a.l.off_dx);
         int *xs = (int *)(smem + a.l.off_xs);
         const int nb = klen / gm.xb;
-        for (int grp = warp; grp < MV_COLS * nb; grp += MV_WARPS) {
+        /* only the n tokens' rows: the mma columns of the others read
+         * whatever is there and are never stored (a column's outputs depend
+         * on its own activations only) */
+        for (int grp = warp; grp < n * nb; grp += MV_WARPS) {
             const int c = grp / nb, b = grp - c * nb, k = kb + b * gm.xb;
             int8_t *dst = xq + c * a.l.xstride + b * gm.xb;
-            if (c < n) {
-                quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
-                                   xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
-            } else {
-                for (int e = lane; e < gm.xb; e += 32)
-                    dst[e] = 0;
-                if (lane == 0) {
-                    dx[b * MV_COLS + c] = 0.f;
-                    xs[b * MV_COLS + c] = 0;
-                }
-            }
+            quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
+                               xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
         }
         act = Act{xq, dx, xs, nullptr, a.l.xstride, MV_COLS};
     } else {
         __half *xh = (__half *)(smem + a.l.off_xq);
-        for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
+        for (int i = threadIdx.x; i < n * klen; i += MV_THREADS) { /* the n tokens only, as above */
             const int c = i / klen, k = i - c * klen;
             const size_t o = (size_t)c * a.xstride + kb + k;
-            const float v = (c < n && kb + k < cols) ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
+            const float v = kb + k < cols ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
             xh[c * a.l.xstride + k] = __float2half_rn(v);
         }
         act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
