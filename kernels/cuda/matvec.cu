@@ -110,7 +110,8 @@ __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb
         a.tick[cell] = 0u; /* every block of this row-block has taken it */
 }
 
-template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
+/* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns) */
+template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr Geo gm = geo(TYPE);
@@ -196,8 +197,8 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         const int R = rb * MV_WARPS + warp;
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt)
-            run_tiles_ring<TYPE>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab, smem + mv_ring_off(a.l, warp),
-                                 lane, it == 0);
+            run_tiles_ring<TYPE, N1>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
+                                     smem + mv_ring_off(a.l, warp), lane, it == 0);
         if (a.p.nseg == 1) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -215,6 +216,9 @@ template <int TYPE>
 static int mv_launch(const MvArgs &a, int pairs, cudaStream_t stream, strata_error *err)
 {
     void (*kern)(const MvArgs) = matvec_kernel<TYPE>;
+    constexpr bool n1 = TYPE == GGML_TYPE_IQ3_XXS || TYPE == GGML_TYPE_Q2_0; /* a one-token variant */
+    if (n1 && a.n == 1)
+        kern = matvec_kernel<TYPE, n1>;
     const size_t smem = (size_t)a.l.bytes;
     int cap = 0;
     const int rc = launch_capacity((const void *)kern, MV_THREADS, smem, 1, &cap, err);

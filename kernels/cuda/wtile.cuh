@@ -428,8 +428,10 @@ template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_BF16> &r, con
  * 2t+1).  k0: the tile's first element and b0 its first activation block,
  * both relative to the Act. */
 /* tb: the tables' shared-window address; A64: a multiple of 64 KiB (the
- * decode kernel's layout), so the addresses need no add. */
-template <int NG, bool G, bool A64 = false>
+ * decode kernel's layout), so the addresses need no add.  N1: one token
+ * (decode at n = 1, every MoE pair): the odd mma columns (tokens 2t + 1)
+ * are not accumulated; column 0's arithmetic is the same. */
+template <int NG, bool G, bool A64 = false, bool N1 = false>
 __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
                                              float (&acc)[NG][4], uint32_t tb, int lane)
 {
@@ -485,9 +487,11 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
             int c[4];
             mma_s8(c, ax, b, zero);
             ai[j][0] += s0 * c[0];
-            ai[j][1] += s0 * c[1];
             ai[j][2] += s1 * c[2];
-            ai[j][3] += s1 * c[3];
+            if constexpr (!N1) {
+                ai[j][1] += s0 * c[1];
+                ai[j][3] += s1 * c[3];
+            }
         }
     }
     const float dw0 = h2f(r.d & 0xffffu) * 0.25f, dw1 = h2f(r.d >> 16) * 0.25f;
@@ -495,9 +499,11 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
     for (int j = 0; j < NG; ++j) {
         const float2 dx = ldf2<G>(a.d + b0 * a.bs + 8 * j + 2 * t);
         acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), (float)ai[j][0], acc[j][0]);
-        acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), (float)ai[j][1], acc[j][1]);
         acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), (float)ai[j][2], acc[j][2]);
-        acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), (float)ai[j][3], acc[j][3]);
+        if constexpr (!N1) {
+            acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), (float)ai[j][1], acc[j][1]);
+            acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), (float)ai[j][3], acc[j][3]);
+        }
     }
 }
 
@@ -509,16 +515,19 @@ __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_IQ3_XXS> &r, const 
     tile_mma_iq3<NG, G>(r, a, k0, b0, acc, (uint32_t)__cvta_generic_to_shared(tab), lane);
 }
 
-/* Scale a biased block dot (bits of 1.5*2^23 + dot) into acc. */
-template <int NG, bool G>
+/* Scale a biased block dot (bits of 1.5*2^23 + dot) into acc; N1: column
+ * 2t only (one token). */
+template <int NG, bool G, bool N1 = false>
 __device__ __forceinline__ void acc_block(float (&acc)[NG][4], int j, const int (&c)[4], float dw0, float dw1,
                                           const Act &a, int blk, int t)
 {
     const float2 dx = ldf2<G>(a.d + blk * a.bs + 8 * j + 2 * t);
     acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), __int_as_float(c[0]) - BIAS_F, acc[j][0]);
-    acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), __int_as_float(c[1]) - BIAS_F, acc[j][1]);
     acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), __int_as_float(c[2]) - BIAS_F, acc[j][2]);
-    acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), __int_as_float(c[3]) - BIAS_F, acc[j][3]);
+    if constexpr (!N1) {
+        acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), __int_as_float(c[1]) - BIAS_F, acc[j][1]);
+        acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), __int_as_float(c[3]) - BIAS_F, acc[j][3]);
+    }
 }
 
 /* Q2_0 tile (576 bytes = 16 rows x 2 blocks x 18): [0, 512) lane L at 16L,
@@ -526,7 +535,7 @@ __device__ __forceinline__ void acc_block(float (&acc)[NG][4], int j, const int 
  * 8t+i | 8t+4+i << 2 | 32+8t+i << 4 | 32+8t+4+i << 6 (two bits each), so
  * shifts by 0/2/4/6 and one mask give the four u8x4 A words; [512, 576)
  * lane quad g at 512 + 8g: fp16 d of (b, r) = 2b + r. */
-template <int NG, bool G>
+template <int NG, bool G, bool N1 = false>
 __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q2_0> &r, const Act &a, int k0, int b0,
                                          float (&acc)[NG][4], const uint8_t *, int lane)
 {
@@ -547,7 +556,7 @@ __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q2_0> &r, const Act
             int c[4];
             mma_u8(c, A0, ld8<G>(qp), cin);
             mma_u8(c, A1, ld8<G>(qp + 32), c);
-            acc_block<NG, G>(acc, j, c, dw0, dw1, a, b0 + b, t);
+            acc_block<NG, G, N1>(acc, j, c, dw0, dw1, a, b0 + b, t);
         }
     }
 }
@@ -875,7 +884,7 @@ __device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1
 
 /* run_tiles with the loads going through this warp's ring (decode, NG = 1);
  * primed: ring_prime already issued the first tiles. */
-template <int TYPE>
+template <int TYPE, bool N1 = false>
 __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
                                                float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane,
                                                bool primed)
@@ -903,7 +912,9 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
                 ring_read<TYPE>(cur, ring + i * SLOT, lane);
                 const int k0 = (tt - kbase) * gm.kt;
                 if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
-                    tile_mma_iq3<1, false, true>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+                    tile_mma_iq3<1, false, true, N1>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+                else if constexpr (TYPE == GGML_TYPE_Q2_0)
+                    tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
                 else
                     tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             }
