@@ -102,6 +102,7 @@ __host__ __device__ constexpr bool is_blk(int type) { return wb::rb(type) != 0; 
  * within a process, so decode and prefill still agree; weights.cu). */
 int plan_blocks();
 int plan_segs();
+int plan_tps_min(); /* STRATA_MV_TPS: k-tiles per segment at least (1) */
 
 /* The reduction plan of a matrix: depends on (type, rows, cols) only. */
 struct Plan {
@@ -135,6 +136,8 @@ inline int plan_make(int type, int64_t rows, int64_t cols, Plan *p)
     int s = plan_blocks() / nrb;
     if (s > plan_segs())
         s = plan_segs();
+    if (s > p->ntk / plan_tps_min())
+        s = p->ntk / plan_tps_min();
     if (s < 1)
         s = 1;
     const int s_min = (int)((cols + SEG_MAX_K - 1) / SEG_MAX_K);
