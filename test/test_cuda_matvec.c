@@ -20,9 +20,9 @@
 
 /* (rows, cols): cols a multiple of 256 so every type takes it. */
 static const int64_t mv_shapes[][2] = {
-    {37, 512},    /* < one block of rows, two segments of one k-tile */
-    {300, 1280},  /* ragged rows, 5 IQ3 segments of one k-tile */
-    {1000, 4864}, /* 19 IQ3 k-tiles over 5 segments, the last short */
+    {37, 512},    /* < one block of rows; Q2_0 2 segments of 2 k-tiles, IQ3 1 */
+    {300, 1280},  /* ragged rows, 2 IQ3 segments of 3 and 2 k-tiles */
+    {1000, 4864}, /* 19 IQ3 k-tiles over 7 segments, the last short */
     {4100, 2048}, /* 33 row-blocks, the last of 4 rows */
     {40000, 512}, /* one segment: the persistent grid loops over row-blocks */
 };

@@ -100,9 +100,17 @@ __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb
     for (int i = threadIdx.x; i < (int)span; i += MV_THREADS) {
         const int c = i / BLOCK_ROWS, rl = i - c * BLOCK_ROWS, row = rb * BLOCK_ROWS + rl;
         if (row < rows) {
+            /* every segment's load in flight at once (one L2 round trip,
+             * not nseg), then the sum in segment order */
+            float p[MAX_SEGS];
+#pragma unroll
+            for (int sg = 0; sg < MAX_SEGS; ++sg)
+                p[sg] = sg < nseg ? __ldcg(pb + sg * span + i) : 0.f;
             float v = 0.f;
-            for (int sg = 0; sg < nseg; ++sg)
-                v += __ldcg(pb + sg * span + i);
+#pragma unroll
+            for (int sg = 0; sg < MAX_SEGS; ++sg)
+                if (sg < nseg)
+                    v += p[sg];
             ay[(size_t)c * rows + row] = v;
         }
     }
@@ -179,7 +187,7 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
             quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
                                xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
         }
-        act = Act{xq, dx, xs, nullptr, a.l.xstride, MV_COLS};
+        act = Act{xq, dx, xs, nullptr, n == 1 ? 0 : a.l.xstride, MV_COLS};
     } else {
         __half *xh = (__half *)(smem + a.l.off_xq);
         for (int i = threadIdx.x; i < n * klen; i += MV_THREADS) { /* the n tokens only, as above */
@@ -188,8 +196,11 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
             const float v = kb + k < cols ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
             xh[c * a.l.xstride + k] = __float2half_rn(v);
         }
-        act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
+        act = Act{nullptr, nullptr, nullptr, xh, n == 1 ? 0 : a.l.xstride, 0};
     }
+    /* n = 1: every lane's B fragment reads token 0's row (token stride 0):
+     * 4 distinct words a load instead of 32, fewer shared-memory wavefronts;
+     * the other columns' outputs are not stored */
     __syncthreads();
 
     int it = 0;

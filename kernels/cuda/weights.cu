@@ -297,12 +297,12 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return (*end || x < lo || x > hi) ? dflt : (int)x;
 }
 static pthread_once_t plan_once = PTHREAD_ONCE_INIT;
-static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = 1;
+static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN;
 static void plan_read()
 {
     plan_b = env_int("STRATA_MV_BLOCKS", BLOCK_TARGET, 1, 4096);
     plan_s = env_int("STRATA_MV_SEGS", SEGS_FIT, 1, MAX_SEGS);
-    plan_t = env_int("STRATA_MV_TPS", 1, 1, 64);
+    plan_t = env_int("STRATA_MV_TPS", TPS_MIN, 1, 64);
 }
 int plan_tps_min()
 {

@@ -69,6 +69,7 @@ constexpr int MAX_SEGS = 8;             /* segments at most (so columns: 32768) 
 constexpr int SEG_MAX_K = 4096;         /* a segment's activations fit in shared memory */
 constexpr int BLOCK_TARGET = 128;       /* decode blocks (row-blocks x segments) wanted */
 constexpr int SEGS_FIT = 8;             /* segments per row-block when splitting for width */
+constexpr int TPS_MIN = 2;              /* k-tiles per segment at least (when splitting for width) */
 constexpr int MM_COLS = 64;             /* prefill: tokens per block (8 mma column groups) */
 constexpr int MV_COLS = 8;              /* decode: tokens per call at most */
 constexpr int TAB_BYTES = 65536;        /* IQ3_XXS tables in shared memory */
@@ -102,7 +103,7 @@ __host__ __device__ constexpr bool is_blk(int type) { return wb::rb(type) != 0; 
  * within a process, so decode and prefill still agree; weights.cu). */
 int plan_blocks();
 int plan_segs();
-int plan_tps_min(); /* STRATA_MV_TPS: k-tiles per segment at least (1) */
+int plan_tps_min(); /* TPS_MIN, or STRATA_MV_TPS */
 
 /* The reduction plan of a matrix: depends on (type, rows, cols) only. */
 struct Plan {
@@ -127,7 +128,10 @@ inline int plan_make(int type, int64_t rows, int64_t cols, Plan *p)
      * row-blocks x 8 segments = 128 blocks run on 128 of the H200's 132
      * SMs.  (Thread-block clusters, which folded them before, fit only 15
      * clusters of 8 such blocks and ran that as two waves; they wanted 96
-     * blocks and 6 segments: doc/cuda-kernels.md.)  At most
+     * blocks and 6 segments: doc/cuda-kernels.md.)  But at least TPS_MIN
+     * k-tiles a segment: every block pays the tables, the activations and
+     * the fold, and the MoE experts' small matrices (768 x 2048, 2048 x 768)
+     * come 8-16 pairs a launch, which fill the card without a k-split.  At most
      * BLOCK_TARGET blocks and SEGS_FIT segments — constants, never the
      * device's numbers, so the plan stays a function of the shape — and
      * segments no longer than SEG_MAX_K (their activations sit in shared
@@ -289,12 +293,14 @@ __device__ __forceinline__ void quant_block(const float *src, int valid, int8_t 
  *   [1536, 1568)  d: word g = fp16 d of row g | d of row g+8 << 16.
  * Tables in shared memory (64 KiB, built per block): entry i at 256 i:
  *   bytes [0, 128): grid[i] (4 magnitudes) replicated for each of 32 lanes;
- *   bytes [128, 256), i < 128: sign field i as 16 bytes, replicated for 8
- *   lanes: the 8 sign bytes M (0xff = negative), then M & 1 per byte (what
- *   the second mma adds back).  Lane-private copies make every table load
- *   conflict-free (a 16-byte load is served 8 lanes at a time, an 4-byte
- *   one 32); an index byte becomes an address with one byte permute
- *   (idx << 8 | 4 lane), a sign field with a shift and one LOP3. */
+ *   bytes [128, 256), i < 128: the 8 sign bytes (0xff = negative) of sign
+ *   field i, replicated for 16 lanes.  Lane-private copies make every table
+ *   load conflict-free; an index byte becomes an address with one byte
+ *   permute (idx << 8 | 4 lane), a sign field with a shift and one LOP3.
+ *   (Sign entries of 16 bytes carrying m & 1 as well, to add the ones in
+ *   the bytes and save the second mma, cost 4 KiB more shared-memory reads a
+ *   tile, which the streaming rate paid for: 95.9 -> 101.0 us at 131072 x
+ *   4096; doc/cuda-kernels.md.) */
 static __constant__ uint32_t c_iq3_grid[256] = {
 #include "model/iq3xxs_grid.inc"
 };
@@ -311,12 +317,11 @@ __device__ inline void iq3_tables_init(uint8_t *tab)
     uint32_t *t32 = (uint32_t *)tab;
     for (int i = threadIdx.x; i < 256 * 32; i += blockDim.x)
         t32[(i >> 5) * 64 + (i & 31)] = c_iq3_grid[i >> 5];
-    uint4 *t128 = (uint4 *)tab;
-    for (int i = threadIdx.x; i < 128 * 8; i += blockDim.x) {
-        const uint32_t e = (uint32_t)(i >> 3);
+    uint2 *t64 = (uint2 *)tab;
+    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
+        const uint32_t e = (uint32_t)(i >> 4);
         const uint32_t sg = e | ((__popc(e) & 1u) << 7);
-        const uint32_t m0 = sign_bytes(sg & 15), m1 = sign_bytes(sg >> 4);
-        t128[e * 16 + 8 + (i & 7)] = make_uint4(m0, m1, m0 & 0x01010101u, m1 & 0x01010101u);
+        t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
     }
 }
 
@@ -328,10 +333,10 @@ __device__ __forceinline__ uint32_t lds32(uint32_t a)
     asm("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
     return v;
 }
-__device__ __forceinline__ uint4 lds128(uint32_t a)
+__device__ __forceinline__ uint2 lds64(uint32_t a)
 {
-    uint4 v;
-    asm("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    uint2 v;
+    asm("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
 }
 
@@ -440,7 +445,7 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
 {
     const int g = lane >> 2, t = lane & 3;
     const uint32_t lane4 = (uint32_t)lane * 4 | (A64 ? tb : 0u);
-    const uint32_t soff = 128u | ((uint32_t)(lane & 7) << 4) | (A64 ? tb : 0u);
+    const uint32_t soff = 128u | ((uint32_t)(lane & 15) << 3) | (A64 ? tb : 0u);
     const uint32_t tadd = A64 ? 0u : tb;
     /* grid entry of index byte B of w: bytes (4 lane, idx, base 2, base 3) */
     constexpr uint32_t GSEL = A64 ? 0x7604u : 0x5504u;
@@ -478,17 +483,18 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
         const int jf = ib & 3; /* field jf of the word, moved to bits 8..14 */
         const uint32_t f0 = jf == 0 ? sw0 << 8 : jf == 1 ? sw0 << 1 : jf == 2 ? sw0 >> 6 : sw0 >> 13;
         const uint32_t f1 = jf == 0 ? sw1 << 8 : jf == 1 ? sw1 << 1 : jf == 2 ? sw1 >> 6 : sw1 >> 13;
-        const uint4 M0 = lds128(tadd + ((f0 & 0x7f00u) | soff));
-        const uint4 M1 = lds128(tadd + ((f1 & 0x7f00u) | soff));
-        /* g ^ m is -g - 1 where m = 0xff; adding m & 1 makes it -g with no
-         * carry between bytes (g >= 4, so g ^ m <= 251) */
-        const uint32_t ax[4] = {(G00 ^ M0.x) + M0.z, (G10 ^ M1.x) + M1.z, (G01 ^ M0.y) + M0.w,
-                                (G11 ^ M1.y) + M1.w};
+        const uint2 M0 = lds64(tadd + ((f0 & 0x7f00u) | soff));
+        const uint2 M1 = lds64(tadd + ((f1 & 0x7f00u) | soff));
+        /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
+        const uint32_t ax[4] = {G00 ^ M0.x, G10 ^ M1.x, G01 ^ M0.y, G11 ^ M1.y};
+        const uint32_t an[4] = {M0.x & 0x01010101u, M1.x & 0x01010101u, M0.y & 0x01010101u,
+                                M1.y & 0x01010101u};
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
             const uint2 b = ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * ib + 8 * t);
             int c[4];
             mma_s8(c, ax, b, zero);
+            mma_s8(c, an, b, c);
             ai[j][0] += s0 * c[0];
             ai[j][2] += s1 * c[2];
             if constexpr (!N1) {

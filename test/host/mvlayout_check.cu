@@ -15,7 +15,7 @@
 namespace wt {
 int plan_blocks() { return BLOCK_TARGET; }
 int plan_segs() { return SEGS_FIT; }
-int plan_tps_min() { return 1; }
+int plan_tps_min() { return TPS_MIN; }
 } /* namespace wt */
 
 using namespace wt;
