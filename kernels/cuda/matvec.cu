@@ -154,7 +154,7 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
     if (blockIdx.x < a.nrb && R0 < a.p.mt)
         ring_prime<TYPE>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
-        iq3_tables_init(smem + a.l.off_tab);
+        iq3_tables_init_dec(smem + a.l.off_tab);
     /* Everything above reads only the weights and constants: with a
      * programmatic launch it overlapped the predecessor.  From here on the
      * activations are read and y is written. */

@@ -293,14 +293,12 @@ __device__ __forceinline__ void quant_block(const float *src, int valid, int8_t 
  *   [1536, 1568)  d: word g = fp16 d of row g | d of row g+8 << 16.
  * Tables in shared memory (64 KiB, built per block): entry i at 256 i:
  *   bytes [0, 128): grid[i] (4 magnitudes) replicated for each of 32 lanes;
- *   bytes [128, 256), i < 128: the 8 sign bytes (0xff = negative) of sign
- *   field i, replicated for 16 lanes.  Lane-private copies make every table
- *   load conflict-free; an index byte becomes an address with one byte
- *   permute (idx << 8 | 4 lane), a sign field with a shift and one LOP3.
- *   (Sign entries of 16 bytes carrying m & 1 as well, to add the ones in
- *   the bytes and save the second mma, cost 4 KiB more shared-memory reads a
- *   tile, which the streaming rate paid for: 95.9 -> 101.0 us at 131072 x
- *   4096; doc/cuda-kernels.md.) */
+ *   bytes [128, 256), i < 128: sign field i: decode, the 8 sign bytes
+ *   (0xff = negative) replicated for 16 lanes; prefill, those and their
+ *   & 1 (16 bytes) replicated for 8 lanes (iq3_tables_fill says why).
+ *   Lane-private copies make every table load conflict-free; an index byte
+ *   becomes an address with one byte permute (idx << 8 | 4 lane), a sign
+ *   field with a shift and one LOP3. */
 static __constant__ uint32_t c_iq3_grid[256] = {
 #include "model/iq3xxs_grid.inc"
 };
@@ -311,19 +309,37 @@ __device__ __forceinline__ uint32_t sign_bytes(uint32_t nib)
            ((nib & 8) ? 0xff000000u : 0u);
 }
 
-/* Fill the 64 KiB table area; the caller syncs before use. */
-__device__ inline void iq3_tables_init(uint8_t *tab)
+/* Fill the 64 KiB table area; the caller syncs before use.  WIDE (prefill,
+ * iq3_tables_init): each sign entry is 16 bytes, m then m & 1, for 8 lanes,
+ * so `(g ^ m) + (m & 1)` is +-g per byte (no carry: g >= 4) and one mma a
+ * sub-block does; the decode kernel (iq3_tables_init_dec) keeps 8-byte
+ * entries for 16 lanes and a second mma for the ones: it is bound by its
+ * shared-memory reads, which the wide entries raise by 4 KiB a tile, where
+ * prefill reads each entry once for 8 column groups (doc/cuda-kernels.md). */
+template <bool WIDE> __device__ inline void iq3_tables_fill(uint8_t *tab)
 {
     uint32_t *t32 = (uint32_t *)tab;
     for (int i = threadIdx.x; i < 256 * 32; i += blockDim.x)
         t32[(i >> 5) * 64 + (i & 31)] = c_iq3_grid[i >> 5];
-    uint2 *t64 = (uint2 *)tab;
-    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
-        const uint32_t e = (uint32_t)(i >> 4);
-        const uint32_t sg = e | ((__popc(e) & 1u) << 7);
-        t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
+    if (WIDE) {
+        uint4 *t128 = (uint4 *)tab;
+        for (int i = threadIdx.x; i < 128 * 8; i += blockDim.x) {
+            const uint32_t e = (uint32_t)(i >> 3);
+            const uint32_t sg = e | ((__popc(e) & 1u) << 7);
+            const uint32_t m0 = sign_bytes(sg & 15), m1 = sign_bytes(sg >> 4);
+            t128[e * 16 + 8 + (i & 7)] = make_uint4(m0, m1, m0 & 0x01010101u, m1 & 0x01010101u);
+        }
+    } else {
+        uint2 *t64 = (uint2 *)tab;
+        for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
+            const uint32_t e = (uint32_t)(i >> 4);
+            const uint32_t sg = e | ((__popc(e) & 1u) << 7);
+            t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
+        }
     }
 }
+__device__ inline void iq3_tables_init(uint8_t *tab) { iq3_tables_fill<true>(tab); }
+__device__ inline void iq3_tables_init_dec(uint8_t *tab) { iq3_tables_fill<false>(tab); }
 
 /* Table loads by 32-bit shared-window address (the base folds into the
  * load's address operand instead of an add per lookup). */
@@ -337,6 +353,12 @@ __device__ __forceinline__ uint2 lds64(uint32_t a)
 {
     uint2 v;
     asm("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t a)
+{
+    uint4 v;
+    asm("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
 
@@ -435,17 +457,22 @@ template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_BF16> &r, con
  * [0] row g tok 2t, [1] row g tok 2t+1, [2] row g+8 tok 2t, [3] row g+8 tok
  * 2t+1).  k0: the tile's first element and b0 its first activation block,
  * both relative to the Act. */
-/* tb: the tables' shared-window address; A64: a multiple of 64 KiB (the
- * decode kernel's layout), so the addresses need no add.  N1: one token
- * (decode at n = 1, every MoE pair): the odd mma columns (tokens 2t + 1)
- * are not accumulated; column 0's arithmetic is the same. */
+/* tb: the tables' shared-window address; A64: a multiple of 64 KiB and
+ * 8-byte sign entries (the decode kernel's layout, iq3_tables_init_dec), so
+ * the addresses need no add; otherwise 16-byte sign entries
+ * (iq3_tables_init) and one mma a sub-block.  The integer sums are the same
+ * either way.  N1: one token (decode at n = 1, every MoE pair): the odd mma
+ * columns (tokens 2t + 1) are not accumulated; column 0's arithmetic is the
+ * same. */
 template <int NG, bool G, bool A64 = false, bool N1 = false>
 __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
                                              float (&acc)[NG][4], uint32_t tb, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
     const uint32_t lane4 = (uint32_t)lane * 4 | (A64 ? tb : 0u);
-    const uint32_t soff = 128u | ((uint32_t)(lane & 15) << 3) | (A64 ? tb : 0u);
+    constexpr bool WIDE = !A64;
+    const uint32_t soff = (WIDE ? 128u | ((uint32_t)(lane & 7) << 4) : 128u | ((uint32_t)(lane & 15) << 3)) |
+                          (A64 ? tb : 0u);
     const uint32_t tadd = A64 ? 0u : tb;
     /* grid entry of index byte B of w: bytes (4 lane, idx, base 2, base 3) */
     constexpr uint32_t GSEL = A64 ? 0x7604u : 0x5504u;
@@ -483,18 +510,28 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
         const int jf = ib & 3; /* field jf of the word, moved to bits 8..14 */
         const uint32_t f0 = jf == 0 ? sw0 << 8 : jf == 1 ? sw0 << 1 : jf == 2 ? sw0 >> 6 : sw0 >> 13;
         const uint32_t f1 = jf == 0 ? sw1 << 8 : jf == 1 ? sw1 << 1 : jf == 2 ? sw1 >> 6 : sw1 >> 13;
-        const uint2 M0 = lds64(tadd + ((f0 & 0x7f00u) | soff));
-        const uint2 M1 = lds64(tadd + ((f1 & 0x7f00u) | soff));
-        /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
-        const uint32_t ax[4] = {G00 ^ M0.x, G10 ^ M1.x, G01 ^ M0.y, G11 ^ M1.y};
-        const uint32_t an[4] = {M0.x & 0x01010101u, M1.x & 0x01010101u, M0.y & 0x01010101u,
-                                M1.y & 0x01010101u};
+        uint32_t ax[4], an[4];
+        if constexpr (WIDE) {
+            const uint4 M0 = lds128(tadd + ((f0 & 0x7f00u) | soff));
+            const uint4 M1 = lds128(tadd + ((f1 & 0x7f00u) | soff));
+            /* g ^ m is -g - 1 where m = 0xff; + (m & 1) makes it -g */
+            ax[0] = (G00 ^ M0.x) + M0.z, ax[1] = (G10 ^ M1.x) + M1.z;
+            ax[2] = (G01 ^ M0.y) + M0.w, ax[3] = (G11 ^ M1.y) + M1.w;
+        } else {
+            const uint2 M0 = lds64(tadd + ((f0 & 0x7f00u) | soff));
+            const uint2 M1 = lds64(tadd + ((f1 & 0x7f00u) | soff));
+            /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
+            ax[0] = G00 ^ M0.x, ax[1] = G10 ^ M1.x, ax[2] = G01 ^ M0.y, ax[3] = G11 ^ M1.y;
+            an[0] = M0.x & 0x01010101u, an[1] = M1.x & 0x01010101u;
+            an[2] = M0.y & 0x01010101u, an[3] = M1.y & 0x01010101u;
+        }
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
             const uint2 b = ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * ib + 8 * t);
             int c[4];
             mma_s8(c, ax, b, zero);
-            mma_s8(c, an, b, c);
+            if constexpr (!WIDE)
+                mma_s8(c, an, b, c);
             ai[j][0] += s0 * c[0];
             ai[j][2] += s1 * c[2];
             if constexpr (!N1) {
