@@ -56,7 +56,7 @@ START_TEST(matvec_matches_reference)
         TEST_SKIP("gpu", why);
     for (int ti = 0; ti < CW_NTYPES; ti++)
         for (int s = 0; s < MV_NSHAPES; s++)
-            if (!test_small() || s < 2 || s == MV_NSHAPES - 1) /* clusters; the persistent loop */
+            if (!test_small() || s < 2 || s == MV_NSHAPES - 1) /* split k; the persistent loop */
                 check_matvec(cw_types[ti], mv_shapes[s][0], mv_shapes[s][1], 1000 + 10 * ti + s);
     /* a partial last k-tile (Q2_0 tiles are 128 columns, Q4_0 64) */
     check_matvec(GGML_TYPE_Q2_0, 77, 576, 7);

@@ -66,9 +66,9 @@ struct MvArgs {
 /* The k-segments of row-block rb (nseg > 1) through global memory: each
  * segment block stores its partial sums, and the last of the nseg to take
  * the row-block's ticket adds them up in segment order, v = ((0 + s0) + s1)
- * + ..., exactly prefill's sum (and the thread-block clusters' that did this
- * before), and puts the ticket
- * back to 0 for the next launch (as the split attention folds its chunks).
+ * + ..., exactly prefill's sum (and that of the thread-block clusters that
+ * did this before), and puts the ticket back to 0 for the next launch (as
+ * the split attention folds its chunks).
  * No block waits for another, so the blocks need not be co-resident: the
  * plan may use every SM, or more blocks than SMs. */
 __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb, const float (&acc)[4], int warp,
