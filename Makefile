@@ -141,10 +141,13 @@ asan:
 	STRATA_TEST_SMALL=1 $(MAKE) BUILD=build/asan CUDA=0 SAN=1 DEBUG=1 OPT=-O1 test
 
 # The block-tile decoders (kernels/cuda/wblocks.cuh) on the host against the
-# CPU's, bit for bit (CUDA builds; no card needed).
+# CPU's, bit for bit, and the decode kernel's shared-memory layout (CUDA
+# builds; no card needed).
 blocks-check: $(BUILD)/libstrata.a
 	$(NVCC) $(NVFLAGS) -o $(BUILD)/wblocks-check test/host/wblocks_check.cu $(BUILD)/libstrata.a -lpthread
 	$(BUILD)/wblocks-check
+	$(NVCC) $(NVFLAGS) -o $(BUILD)/mvlayout-check test/host/mvlayout_check.cu $(BUILD)/libstrata.a -lpthread
+	$(BUILD)/mvlayout-check
 
 # CK_FORK=no: ThreadSanitizer does not follow Check's fork per test.
 tsan:

@@ -63,11 +63,26 @@ static inline uint8_t *cw_random_weights(int type, int64_t rows, int64_t cols, u
     return w;
 }
 
+/* The matvecs' segment-fold scratch on stream 0 (cuda_ops.h), attached as
+ * the engine attaches one to each stage's stream; on = 0 detaches it (the
+ * next k-split launch allocates one of its own: matvec_fold_repeats_and_chunks).
+ * One allocation per test process. */
+static inline void cw_fold_attach(int on)
+{
+    static void *scratch;
+    strata_error err = {0};
+    if (on && !scratch)
+        ck_assert(cudaMalloc(&scratch, CUDA_MATVEC_SCRATCH_BYTES) == cudaSuccess);
+    ck_assert_msg(cuda_matvec_attach_scratch(0, on ? scratch : NULL, CUDA_MATVEC_SCRATCH_BYTES, &err) == 0, "%s",
+                  err.msg);
+}
+
 /* Pack and upload; returns the device pointer (NULL on failure, with msg). */
 static void *cw_upload(int type, int64_t rows, int64_t cols, const uint8_t *w)
 {
     void *d = NULL;
     strata_error err = {0};
+    cw_fold_attach(1);
     const size_t bytes = cuda_weight_bytes(type, rows, cols);
     ck_assert_msg(bytes > 0, "%s %lld x %lld: no device layout", type_name(type), (long long)rows,
                   (long long)cols);
@@ -79,6 +94,7 @@ static void *cw_upload(int type, int64_t rows, int64_t cols, const uint8_t *w)
 static void *cw_dev_copy(const void *h, size_t bytes)
 {
     void *d = NULL;
+    cw_fold_attach(1);
     ck_assert(cudaMalloc(&d, bytes) == cudaSuccess);
     ck_assert(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
     return d;

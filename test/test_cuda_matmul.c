@@ -17,8 +17,8 @@
 
 static const int64_t mm_shapes[][3] = {
     /* rows, cols, n */
-    {300, 1280, 70},  /* 5 IQ3 segments, 2 token blocks, the second of 6 */
-    {200, 4864, 100}, /* 5 IQ3 segments, the last short */
+    {300, 1280, 70},  /* 2 IQ3 segments, 2 token blocks, the second of 6 */
+    {200, 4864, 100}, /* 7 IQ3 segments, the last short */
     {1000, 768, 9},   /* the smallest n past decode */
     {2100, 512, 130}, /* 17 row-blocks, 3 token blocks */
 };

@@ -3,7 +3,8 @@
  * (kernels/cpu/matvec.c), for IQ3_XXS, Q2_0, Q4_0, Q8_0, F16, F32, on random
  * weights and activations, with row counts that are not multiples of the 16-
  * row tile or the 128-row block, column counts that leave a partial k-tile,
- * and shapes that split k into several segments (thread-block clusters).
+ * and shapes that split k into several segments (their partial sums folded
+ * through the stream's scratch).
  * Tolerances in cuda_wtest.h; the measured errors are printed. */
 #include "testutil.h"
 
@@ -19,9 +20,9 @@
 
 /* (rows, cols): cols a multiple of 256 so every type takes it. */
 static const int64_t mv_shapes[][2] = {
-    {37, 512},    /* < one block of rows, two segments of one k-tile */
-    {300, 1280},  /* ragged rows, 5 IQ3 segments of one k-tile */
-    {1000, 4864}, /* 19 IQ3 k-tiles over 5 segments, the last short */
+    {37, 512},    /* < one block of rows; Q2_0 2 segments of 2 k-tiles, IQ3 1 */
+    {300, 1280},  /* ragged rows, 2 IQ3 segments of 3 and 2 k-tiles */
+    {1000, 4864}, /* 19 IQ3 k-tiles over 7 segments, the last short */
     {4100, 2048}, /* 33 row-blocks, the last of 4 rows */
     {40000, 512}, /* one segment: the persistent grid loops over row-blocks */
 };
@@ -55,7 +56,7 @@ START_TEST(matvec_matches_reference)
         TEST_SKIP("gpu", why);
     for (int ti = 0; ti < CW_NTYPES; ti++)
         for (int s = 0; s < MV_NSHAPES; s++)
-            if (!test_small() || s < 2 || s == MV_NSHAPES - 1) /* clusters; the persistent loop */
+            if (!test_small() || s < 2 || s == MV_NSHAPES - 1) /* split k; the persistent loop */
                 check_matvec(cw_types[ti], mv_shapes[s][0], mv_shapes[s][1], 1000 + 10 * ti + s);
     /* a partial last k-tile (Q2_0 tiles are 128 columns, Q4_0 64) */
     check_matvec(GGML_TYPE_Q2_0, 77, 576, 7);
@@ -335,6 +336,76 @@ START_TEST(embed_matches_cpu)
 }
 END_TEST
 
+/* The segment fold (the partial sums through the stream's scratch, a
+ * ticket per row-block): the same bits launch after launch (a ticket left
+ * behind would show), with the scratch this process attached, one allocated
+ * on first use (none attached), and one that holds a single pair, so a paired
+ * launch runs as one launch per pair. */
+START_TEST(matvec_fold_repeats_and_chunks)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP("gpu", why);
+    static const int64_t shapes[][2] = {{300, 1280}, {1000, 4864}, {4100, 2048}, {4096, 4096}};
+    const size_t small = CUDA_MATVEC_TICKET_BYTES + 40 * 1024; /* 1000 x 4864, n = 1: one pair */
+    void *dsmall = NULL;
+    ck_assert(cudaMalloc(&dsmall, small) == cudaSuccess);
+    for (int ti = 0; ti < CW_NTYPES; ti++) {
+        const int type = cw_types[ti];
+        for (int si = 0; si < 4; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            if (test_small() && si == 3)
+                continue;
+            cw_case c;
+            cw_case_init(&c, type, cw_random_weights(type, rows, cols, 300 + 10 * ti + si), rows, cols, 8,
+                         60 + si, 0);
+            for (int n = 1; n <= 8; n += 7) {
+                strata_error err = {0};
+                for (int rep = 0; rep < 3; rep++) {
+                    cw_fold_attach(rep != 1); /* rep 1: allocated on first use */
+                    cw_poison(c.dy, (size_t)(8 * rows));
+                    ck_assert_msg(cuda_matvec(type, c.dw, rows, cols, c.dx, n, c.dy, 0, &err) == 0, "%s",
+                                  err.msg);
+                    cw_fetch(rep ? c.y : c.yv, c.dy, (size_t)(n * rows));
+                    if (rep)
+                        cw_assert_bitwise(type, n == 1 ? "fold, again (n = 1)" : "fold, again (n = 8)", c.y,
+                                          c.yv, n, rows);
+                }
+            }
+            if (type != GGML_TYPE_F32 && si == 1) { /* pairs: 2 matrices x 3 tokens in grid z */
+                const int32_t sel[3] = {0, 0, 0};
+                int32_t *dsel = cw_dev_copy(sel, sizeof sel);
+                float *dy2 = NULL;
+                ck_assert(cudaMalloc((void **)&dy2, (size_t)3 * rows * sizeof(float)) == cudaSuccess);
+                float *h2 = malloc((size_t)3 * rows * sizeof *h2);
+                strata_error err = {0};
+                ck_assert(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, 0,
+                                               &err) == 0);
+                cw_fetch(c.yv, c.dy, (size_t)(3 * rows));
+                cw_fetch(h2, dy2, (size_t)(3 * rows));
+                ck_assert_msg(cuda_matvec_attach_scratch(0, dsmall, small, &err) == 0, "%s", err.msg);
+                cw_poison(c.dy, (size_t)(3 * rows));
+                cw_poison(dy2, (size_t)(3 * rows));
+                ck_assert_msg(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, 0,
+                                                   &err) == 0,
+                              "%s", err.msg);
+                cw_fetch(c.y, c.dy, (size_t)(3 * rows));
+                cw_assert_bitwise(type, "experts2, a launch per pair (y)", c.y, c.yv, 3, rows);
+                cw_fetch(c.y, dy2, (size_t)(3 * rows));
+                cw_assert_bitwise(type, "experts2, a launch per pair (y2)", c.y, h2, 3, rows);
+                cw_fold_attach(1);
+                free(h2);
+                cudaFree(dsel);
+                cudaFree(dy2);
+            }
+            cw_case_free(&c);
+        }
+    }
+    cw_fold_attach(1);
+    cudaFree(dsmall);
+}
+END_TEST
+
 START_TEST(matvec_rejects_bad_arguments)
 {
     const char *why;
@@ -373,6 +444,8 @@ START_TEST(matvec_fused_equal_unfused) { TEST_SKIP("gpu", "built without CUDA");
 END_TEST
 START_TEST(embed_matches_cpu) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
+START_TEST(matvec_fold_repeats_and_chunks) { TEST_SKIP("gpu", "built without CUDA"); }
+END_TEST
 START_TEST(matvec_rejects_bad_arguments) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 
@@ -389,6 +462,7 @@ static Suite *cuda_matvec_suite(void)
     tcase_add_test(tc, matvec_experts_equal_one_by_one);
     tcase_add_test(tc, matvec_fused_equal_unfused);
     tcase_add_test(tc, embed_matches_cpu);
+    tcase_add_test(tc, matvec_fold_repeats_and_chunks);
     tcase_add_test(tc, matvec_rejects_bad_arguments);
     suite_add_tcase(s, tc);
     return s;

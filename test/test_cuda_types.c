@@ -110,8 +110,8 @@ START_TEST(decode_matches_reference)
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
     static const int64_t shapes[][2] = {
-        {300, 1280},  /* ragged rows, 5 k-tiles in 5 segments (a cluster) */
-        {1000, 4864}, /* 19 k-tiles over 5 segments, the last short */
+        {300, 1280},  /* ragged rows, 5 k-tiles in 2 segments */
+        {1000, 4864}, /* 19 k-tiles over 7 segments, the last short */
         {4100, 512},  /* the persistent grid loops over row-blocks, the last of 4 rows */
     };
     for (int ti = 0; ti < CT_NTYPES; ti++) {

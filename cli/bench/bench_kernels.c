@@ -334,12 +334,21 @@ int bench_kernels(int argc, char **argv)
     struct cudaDeviceProp prop;
     void *probe = NULL;
     uint32_t *sink = NULL;
+    void *mv_scratch = NULL; /* the matvecs' segment fold, as the engine attaches it */
     bk_row rows_out[192];
     int nrows = 0, rc = 1;
     int dev = 0;
     BK_CHECK(cudaGetDevice(&dev));
     BK_CHECK(cudaGetDeviceProperties(&prop, dev));
     BK_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    BK_CHECK(cudaMalloc(&mv_scratch, CUDA_MATVEC_SCRATCH_BYTES));
+    {
+        strata_error e;
+        if (cuda_matvec_attach_scratch(s, mv_scratch, CUDA_MATVEC_SCRATCH_BYTES, &e)) {
+            fprintf(stderr, "bench --kernels: %s\n", e.msg);
+            goto fail;
+        }
+    }
 
     /* the card's read bandwidth, 4 GiB (>= 2 GiB asked; 68x the L2) */
     const size_t pbytes = (size_t)4 << 30;
@@ -409,6 +418,9 @@ int bench_kernels(int argc, char **argv)
 fail:
     cudaFree(probe);
     cudaFree(sink);
+    if (mv_scratch)
+        cuda_matvec_attach_scratch(s, NULL, 0, NULL);
+    cudaFree(mv_scratch);
     if (s)
         cudaStreamDestroy(s);
     return rc;

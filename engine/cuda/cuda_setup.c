@@ -336,7 +336,11 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
             return rc;
         CUDA_CHECK(err, cudaMemset(cs->moe_ticket, 0, sizeof *cs->moe_ticket));
     }
-    return 0;
+    /* the matvecs' segment fold (cuda_ops.h): tickets and partial sums */
+    rc = cuda_dmalloc(&cs->mv_scratch, CUDA_MATVEC_SCRATCH_BYTES, cs->dev, "matvec fold scratch", err);
+    if (rc)
+        return rc;
+    return cuda_matvec_attach_scratch(cs->compute, cs->mv_scratch, CUDA_MATVEC_SCRATCH_BYTES, err);
 }
 
 /* Batch groups: an event per group (the hidden state of group g crosses
@@ -535,7 +539,9 @@ void cuda_engine_free(strata_engine *e)
         free_dweight(&cs->output);
         void *bufs[] = {cs->output_norm, cs->rope_freqs, cs->x, cs->xb, cs->q, cs->k, cs->v,
                         cs->att, cs->hb, cs->hb2, cs->logits, cs->moe_w, cs->moe_sel, cs->moe_off, cs->d_in,
-                        cs->mm_scratch, cs->att_scratch, cs->moe_ticket};
+                        cs->mm_scratch, cs->att_scratch, cs->moe_ticket, cs->mv_scratch};
+        if (cs->mv_scratch) /* before the stream goes: a new one may get its handle */
+            cuda_matvec_attach_scratch(cs->compute, NULL, 0, NULL);
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
             if (bufs[j])
                 cudaFree(bufs[j]);

@@ -78,6 +78,7 @@ typedef struct cuda_stage {
     cudaEvent_t in_free;         /* recorded after the uploads from h_in: the host
                                   * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
+    void *mv_scratch;            /* CUDA_MATVEC_SCRATCH_BYTES, attached to compute */
     unsigned *moe_ticket;        /* cuda_moe_router_route's ticket (MoE only; zeroed
                                   * once, each launch leaves it at 0) */
     size_t mm_scratch_bytes, att_scratch_bytes;

@@ -107,6 +107,22 @@ int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, cons
                        int n, const float *g, const float *u, int64_t xstride, float *y,
                        cudaStream_t stream, strata_error *err);
 
+/* The decode kernels' k-segment fold.  A matrix whose columns are cut into
+ * several segments (short, wide ones: 4096 x 4096) adds the segments'
+ * partial sums through device scratch attached to the stream: one ticket
+ * per row-block (CUDA_MATVEC_TICKET_BYTES at the start, zeroed here and put
+ * back to zero by every launch), then the partial sums.  Attach once per
+ * stream, outside a graph capture, with the device current; scratch NULL
+ * detaches (wait for the stream's launches first).  A stream with none gets
+ * one of CUDA_MATVEC_SCRATCH_BYTES on its first k-split launch (refused
+ * while the stream is being captured).  The sums take pairs x row-blocks x
+ * segments x n x 256 floats; a paired launch bigger than the scratch runs
+ * as several launches (the same bits).  CUDA_MATVEC_SCRATCH_BYTES holds
+ * every launch of the models strata runs. */
+#define CUDA_MATVEC_TICKET_BYTES 65536u
+#define CUDA_MATVEC_SCRATCH_BYTES (CUDA_MATVEC_TICKET_BYTES + (16u << 20))
+int cuda_matvec_attach_scratch(cudaStream_t stream, void *scratch, size_t bytes, strata_error *err);
+
 /* Prefill and batches: y[n x rows] = x[n x cols] * W^T for any n >= 1, on
  * the tensor cores.  scratch: device memory of at least
  * cuda_matmul_scratch_bytes(type, cols, n) (the quantized activations);

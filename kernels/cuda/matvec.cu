@@ -12,18 +12,20 @@
  * ring): Little's law wants ~70 KiB in flight per SM, more than registers can
  * hold beside the decoders.  The k-tiles are cut into nseg segments
  * (wt::plan_make: a function of rows and cols only): 1 for tall matrices, up
- * to 8 for short ones (4096 x 14336: 8), so that ~2048 warps have work.  With
- * nseg > 1 the nseg blocks of one row-block form a thread-block cluster; each
- * computes its segment's partial sums and the cluster adds them in segment
- * order through distributed shared memory: no atomics, no scratch, no second
- * launch.  Blocks are persistent (one wave looping over row-blocks), so the
- * activation quantization and the IQ3_XXS tables are built once per block.
+ * to 8 for short ones (4096 x 14336: 8), so that the card is full.  With
+ * nseg > 1 each of a row-block's nseg blocks stores its segment's partial
+ * sums in the stream's scratch and takes a ticket; the last one adds them
+ * in segment order (fold_segments): no atomics in the sum, no block waiting
+ * for another, so any number of blocks may run, one launch.  Blocks are
+ * persistent (one wave looping over row-blocks), so the activation
+ * quantization and the IQ3_XXS tables are built once per block.
  *
  * The activations live in shared memory for the whole kernel: int8 with the
  * block scales and sums (fp16 for F16 weights), padded so the B-fragment
  * loads are conflict-free.  Measured numbers and what limits them:
  * doc/cuda-kernels.md. */
-#include <cooperative_groups.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -32,7 +34,6 @@
 #include "kernels/cuda/warp.cuh"
 #include "kernels/cuda/wtile.cuh"
 
-namespace cg = cooperative_groups;
 using namespace wt;
 
 struct MvArgs {
@@ -52,12 +53,73 @@ struct MvArgs {
     int64_t xstride;
     Plan p;
     MvLayout l;
+    /* The segment fold through global memory (fold_segments): one ticket
+     * per (z, row-block), then the partial sums (unused when nseg = 1). */
+    unsigned *tick;
+    float *part;
+    int z0;         /* blockIdx.z = 0 is pair z0 (a launch holds the pairs its scratch does) */
     const float *x; /* [n][cols] */
     float *y;       /* [n][rows] */
     int n, nrb;
 };
 
-template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
+/* The k-segments of row-block rb (nseg > 1) through global memory: each
+ * segment block stores its partial sums, and the last of the nseg to take
+ * the row-block's ticket adds them up in segment order, v = ((0 + s0) + s1)
+ * + ..., exactly prefill's sum (and that of the thread-block clusters that
+ * did this before), and puts the ticket back to 0 for the next launch (as
+ * the split attention folds its chunks).
+ * No block waits for another, so the blocks need not be co-resident: the
+ * plan may use every SM, or more blocks than SMs. */
+__device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb, const float (&acc)[4], int warp,
+                                              int lane)
+{
+    const int g = lane >> 2, t = lane & 3, n = a.n, rows = a.ws.rows, nseg = a.p.nseg;
+    const size_t span = (size_t)n * BLOCK_ROWS; /* one segment's partials */
+    const size_t cell = (size_t)blockIdx.z * a.nrb + rb;
+    float *pb = a.part + cell * nseg * span;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int col = 2 * t + (i & 1);
+        if (col < n)
+            pb[blockIdx.y * span + (size_t)col * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[i];
+    }
+    /* as a grid barrier does it: the block's stores reach thread 0 through
+     * the barrier, its fence (cumulative) puts them before the ticket, and
+     * the last block's fence after its ticket before its loads (L2: ld.cg) */
+    __syncthreads();
+    bool last = false;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(a.tick + cell, 1u) == (unsigned)nseg - 1;
+        if (last)
+            __threadfence();
+    }
+    if (!__syncthreads_or(last))
+        return;
+    for (int i = threadIdx.x; i < (int)span; i += MV_THREADS) {
+        const int c = i / BLOCK_ROWS, rl = i - c * BLOCK_ROWS, row = rb * BLOCK_ROWS + rl;
+        if (row < rows) {
+            /* every segment's load in flight at once (one L2 round trip,
+             * not nseg), then the sum in segment order */
+            float p[MAX_SEGS];
+#pragma unroll
+            for (int sg = 0; sg < MAX_SEGS; ++sg)
+                p[sg] = sg < nseg ? __ldcg(pb + sg * span + i) : 0.f;
+            float v = 0.f;
+#pragma unroll
+            for (int sg = 0; sg < MAX_SEGS; ++sg)
+                if (sg < nseg)
+                    v += p[sg];
+            ay[(size_t)c * rows + row] = v;
+        }
+    }
+    if (threadIdx.x == 0)
+        a.tick[cell] = 0u; /* every block of this row-block has taken it */
+}
+
+/* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns) */
+template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr Geo gm = geo(TYPE);
@@ -70,7 +132,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
     float *ay = a.y;
     if (a.expert) { /* the expert id comes from the predecessor */
         pdl_wait();
-        int z = blockIdx.z; /* this block's (expert, token) pair */
+        int z = blockIdx.z + a.z0; /* this block's (expert, token) pair */
         if (z >= a.zsplit) { /* the second matrix's pair z - zsplit */
             z -= a.zsplit;
             ws.w = a.w2;
@@ -90,13 +152,25 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
      * the activations are prepared (they depend on neither). */
     const int R0 = blockIdx.x * MV_WARPS + warp;
     if (blockIdx.x < a.nrb && R0 < a.p.mt)
-        ring_prime<TYPE>(ws, R0, t0, t1, smem + a.l.off_ring + warp * a.l.ring_warp, lane);
+        ring_prime<TYPE>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
-        iq3_tables_init(smem);
+        iq3_tables_init_dec(smem + a.l.off_tab);
     /* Everything above reads only the weights and constants: with a
      * programmatic launch it overlapped the predecessor.  From here on the
      * activations are read and y is written. */
     pdl_wait();
+    if (TYPE == GGML_TYPE_IQ3_XXS && ((uint32_t)__cvta_generic_to_shared(smem + a.l.off_tab) & 0xffffu)) {
+        /* the tables are not 64 KiB aligned (the host's idea of where the
+         * dynamic shared memory starts was wrong): NaN, never wrong numbers */
+        cp_wait<0>();
+        for (int rb = blockIdx.x; seg == 0 && rb < a.nrb; rb += gridDim.x)
+            for (int i = threadIdx.x; i < n * BLOCK_ROWS; i += MV_THREADS) {
+                const int c = i / BLOCK_ROWS, row = rb * BLOCK_ROWS + (i - c * BLOCK_ROWS);
+                if (row < rows)
+                    ay[(size_t)c * rows + row] = __int_as_float(0x7fc00000);
+            }
+        return;
+    }
     Act act{};
     if (gm.i8) {
         /* x segment -> int8 blocks, one warp per (token, block) */
@@ -104,32 +178,29 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         float *dx = (float *)(smem + a.l.off_dx);
         int *xs = (int *)(smem + a.l.off_xs);
         const int nb = klen / gm.xb;
-        for (int grp = warp; grp < MV_COLS * nb; grp += MV_WARPS) {
+        /* only the n tokens' rows: the mma columns of the others read
+         * whatever is there and are never stored (a column's outputs depend
+         * on its own activations only) */
+        for (int grp = warp; grp < n * nb; grp += MV_WARPS) {
             const int c = grp / nb, b = grp - c * nb, k = kb + b * gm.xb;
             int8_t *dst = xq + c * a.l.xstride + b * gm.xb;
-            if (c < n) {
-                quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
-                                   xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
-            } else {
-                for (int e = lane; e < gm.xb; e += 32)
-                    dst[e] = 0;
-                if (lane == 0) {
-                    dx[b * MV_COLS + c] = 0.f;
-                    xs[b * MV_COLS + c] = 0;
-                }
-            }
+            quant_block<gm.xb>(ax + (size_t)c * a.xstride + k, min(gm.xb, cols - k), dst, dx + b * MV_COLS + c,
+                               xs + b * MV_COLS + c, lane, au ? au + (size_t)c * a.xstride + k : nullptr);
         }
-        act = Act{xq, dx, xs, nullptr, a.l.xstride, MV_COLS};
+        act = Act{xq, dx, xs, nullptr, n == 1 ? 0 : a.l.xstride, MV_COLS};
     } else {
         __half *xh = (__half *)(smem + a.l.off_xq);
-        for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
+        for (int i = threadIdx.x; i < n * klen; i += MV_THREADS) { /* the n tokens only, as above */
             const int c = i / klen, k = i - c * klen;
             const size_t o = (size_t)c * a.xstride + kb + k;
-            const float v = (c < n && kb + k < cols) ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
+            const float v = kb + k < cols ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
             xh[c * a.l.xstride + k] = __float2half_rn(v);
         }
-        act = Act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
+        act = Act{nullptr, nullptr, nullptr, xh, n == 1 ? 0 : a.l.xstride, 0};
     }
+    /* n = 1: every lane's B fragment reads token 0's row (token stride 0):
+     * 4 distinct words a load instead of 32, fewer shared-memory wavefronts;
+     * the other columns' outputs are not stored */
     __syncthreads();
 
     int it = 0;
@@ -137,8 +208,8 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         const int R = rb * MV_WARPS + warp;
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt)
-            run_tiles_ring<TYPE>(ws, R, t0, t1, t0, act, acc, smem, smem + a.l.off_ring + warp * a.l.ring_warp,
-                                 lane, it == 0);
+            run_tiles_ring<TYPE, N1>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
+                                     smem + mv_ring_off(a.l, warp), lane, it == 0);
         if (a.p.nseg == 1) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -147,59 +218,32 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
                     ay[(size_t)col * rows + row] = 0.f + acc[0][i]; /* = ((0 + s0)) as in prefill */
             }
         } else {
-#if __CUDA_ARCH__ >= 900
-            cg::cluster_group cluster = cg::this_cluster();
-            float *pb = (float *)(smem + a.l.off_part) + (it & 1) * MV_COLS * BLOCK_ROWS;
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                pb[(2 * t + (i & 1)) * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[0][i];
-            cluster.sync();
-            /* this block adds up its share of the row-block's outputs, the
-             * segments in order; the other buffer is free for the next
-             * row-block once every block is past the next cluster.sync() */
-            const int per = (BLOCK_ROWS + a.p.nseg - 1) / a.p.nseg;
-            const int lo = seg * per, hi = min(BLOCK_ROWS, lo + per), span = hi - lo;
-            for (int i = threadIdx.x; span > 0 && i < n * span; i += MV_THREADS) {
-                const int c = i / span, rl = lo + (i - c * span), row = rb * BLOCK_ROWS + rl;
-                if (row < rows) {
-                    float v = 0.f;
-                    for (int s = 0; s < a.p.nseg; ++s)
-                        v += cluster.map_shared_rank(pb, s)[c * BLOCK_ROWS + rl];
-                    ay[(size_t)c * rows + row] = v;
-                }
-            }
-#endif
+            fold_segments(a, ay, rb, acc[0], warp, lane);
         }
     }
-#if __CUDA_ARCH__ >= 900
-    if (a.p.nseg > 1)
-        cg::this_cluster().sync(); /* keep this block's partials alive for the others */
-#endif
 }
 
 template <int TYPE>
 static int mv_launch(const MvArgs &a, int pairs, cudaStream_t stream, strata_error *err)
 {
     void (*kern)(const MvArgs) = matvec_kernel<TYPE>;
+    constexpr bool n1 = TYPE == GGML_TYPE_IQ3_XXS || TYPE == GGML_TYPE_Q2_0; /* a one-token variant */
+    if (n1 && a.n == 1)
+        kern = matvec_kernel<TYPE, n1>;
     const size_t smem = (size_t)a.l.bytes;
     int cap = 0;
-    const int rc = launch_capacity((const void *)kern, MV_THREADS, smem, a.p.nseg, &cap, err);
+    const int rc = launch_capacity((const void *)kern, MV_THREADS, smem, 1, &cap, err);
     if (rc)
         return rc;
+    cap = cap / a.p.nseg > 0 ? cap / a.p.nseg : 1; /* row-blocks of nseg blocks at once */
     const unsigned gx = (unsigned)(cap < a.nrb ? cap : a.nrb); /* persistent: one wave */
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2];
+    cudaLaunchAttribute attr[1];
     unsigned na = 0;
     /* a programmatic dependent launch (pdl.cuh): the prologue overlaps the
      * predecessor kernel */
     attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[na++].val.programmaticStreamSerializationAllowed = strata_pdl_off ? 0 : 1;
-    if (a.p.nseg > 1) {
-        attr[na].id = cudaLaunchAttributeClusterDimension;
-        attr[na].val.clusterDim.x = 1;
-        attr[na].val.clusterDim.y = (unsigned)a.p.nseg;
-        attr[na++].val.clusterDim.z = 1;
-    }
     cfg.gridDim = dim3(gx, (unsigned)a.p.nseg, (unsigned)pairs);
     cfg.blockDim = dim3(MV_THREADS, 1, 1);
     cfg.dynamicSmemBytes = smem;
@@ -223,6 +267,142 @@ struct MvFuse {
 static int f32_matmul_su(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
                          const float *x, const float *xu, int64_t xstride, int64_t n, float *y,
                          cudaStream_t stream, strata_error *err);
+
+/* ---- the fold scratch, one per (device, stream) --------------------------
+ * Attached by the engine (each stage's compute stream, before any graph is
+ * captured); on a stream with none (tests, tools) the first launch that
+ * needs one allocates CUDA_MATVEC_SCRATCH_BYTES for it, outside a capture
+ * only, and keeps it for the process. */
+struct MvScratch {
+    int dev;
+    cudaStream_t stream;
+    uint8_t *p;
+    size_t bytes;
+    int own; /* allocated here, not attached */
+};
+static MvScratch mv_scr[64];
+static int mv_scr_n;
+static pthread_mutex_t mv_scr_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Under mv_scr_mu: entry (dev, stream), or -1. */
+static int mv_scr_find(int dev, cudaStream_t stream)
+{
+    for (int i = 0; i < mv_scr_n; i++)
+        if (mv_scr[i].dev == dev && mv_scr[i].stream == stream)
+            return i;
+    return -1;
+}
+
+extern "C" int cuda_matvec_attach_scratch(cudaStream_t stream, void *scratch, size_t bytes, strata_error *err)
+{
+    if (scratch && bytes < CUDA_MATVEC_TICKET_BYTES + 4096)
+        return strata_err(err, STRATA_E_ARG, "cuda_matvec_attach_scratch: %zu bytes (at least %u)", bytes,
+                          (unsigned)CUDA_MATVEC_TICKET_BYTES + 4096u);
+    int dev = 0;
+    CUDA_CHECK(err, cudaGetDevice(&dev));
+    if (scratch) { /* the tickets start at 0 */
+        CUDA_CHECK(err, cudaMemsetAsync(scratch, 0, CUDA_MATVEC_TICKET_BYTES, stream));
+        CUDA_CHECK(err, cudaStreamSynchronize(stream));
+    }
+    pthread_mutex_lock(&mv_scr_mu);
+    int i = mv_scr_find(dev, stream);
+    void *drop = i >= 0 && mv_scr[i].own ? mv_scr[i].p : NULL;
+    if (!scratch) {
+        if (i >= 0)
+            mv_scr[i] = mv_scr[--mv_scr_n];
+    } else if (i < 0 && mv_scr_n == (int)(sizeof mv_scr / sizeof mv_scr[0])) {
+        pthread_mutex_unlock(&mv_scr_mu);
+        return strata_err(err, STRATA_E_LIMIT, "cuda_matvec_attach_scratch: more than %d streams",
+                          (int)(sizeof mv_scr / sizeof mv_scr[0]));
+    } else {
+        if (i < 0)
+            i = mv_scr_n++;
+        mv_scr[i] = MvScratch{dev, stream, (uint8_t *)scratch, bytes, 0};
+    }
+    pthread_mutex_unlock(&mv_scr_mu);
+    if (drop) { /* one this file allocated: no launch of the stream may still use it */
+        CUDA_CHECK(err, cudaStreamSynchronize(stream));
+        CUDA_CHECK(err, cudaFree(drop));
+    }
+    return 0;
+}
+
+/* The stream's scratch: its tickets and partial sums, and how many floats
+ * of partial sums it holds. */
+static int mv_fold_scratch(cudaStream_t stream, unsigned **tick, float **part, size_t *floats, strata_error *err)
+{
+    int dev = 0;
+    CUDA_CHECK(err, cudaGetDevice(&dev));
+    pthread_mutex_lock(&mv_scr_mu);
+    int i = mv_scr_find(dev, stream);
+    if (i < 0) {
+        pthread_mutex_unlock(&mv_scr_mu);
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(err, cudaStreamIsCapturing(stream, &cap));
+        if (cap != cudaStreamCaptureStatusNone)
+            return strata_err(err, STRATA_E_ARG,
+                              "cuda_matvec: a k-split matrix on a stream being captured needs "
+                              "cuda_matvec_attach_scratch first");
+        void *p = NULL;
+        CUDA_CHECK(err, cudaMalloc(&p, CUDA_MATVEC_SCRATCH_BYTES));
+        CUDA_CHECK(err, cudaMemset(p, 0, CUDA_MATVEC_TICKET_BYTES));
+        CUDA_CHECK(err, cudaDeviceSynchronize());
+        pthread_mutex_lock(&mv_scr_mu);
+        i = mv_scr_find(dev, stream);
+        if (i < 0 && mv_scr_n == (int)(sizeof mv_scr / sizeof mv_scr[0])) {
+            pthread_mutex_unlock(&mv_scr_mu);
+            cudaFree(p);
+            return strata_err(err, STRATA_E_LIMIT, "cuda_matvec: fold scratch for more than %d streams",
+                              (int)(sizeof mv_scr / sizeof mv_scr[0]));
+        }
+        if (i < 0) {
+            i = mv_scr_n++;
+            mv_scr[i] = MvScratch{dev, stream, (uint8_t *)p, CUDA_MATVEC_SCRATCH_BYTES, 1};
+            p = NULL;
+        }
+        pthread_mutex_unlock(&mv_scr_mu);
+        if (p) /* another thread got there first */
+            cudaFree(p);
+        pthread_mutex_lock(&mv_scr_mu);
+        i = mv_scr_find(dev, stream);
+    }
+    *tick = (unsigned *)mv_scr[i].p;
+    *part = (float *)(mv_scr[i].p + CUDA_MATVEC_TICKET_BYTES);
+    *floats = (mv_scr[i].bytes - CUDA_MATVEC_TICKET_BYTES) / 4;
+    pthread_mutex_unlock(&mv_scr_mu);
+    return 0;
+}
+
+static int mv_launch_type(int type, const MvArgs &a, int total, cudaStream_t stream, strata_error *err);
+
+/* Where the decode kernel's dynamic shared memory starts in the shared
+ * window (it has no static shared memory): after the block's reserved
+ * bytes (1 KiB on sm_80..sm_90).  MvLayout aligns the IQ3_XXS tables by it;
+ * the kernel checks.  Per device, looked up once. */
+static int mv_smem_lo(int *out, strata_error *err)
+{
+    static int lo[64];
+    static bool have[64];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int dev = 0;
+    CUDA_CHECK(err, cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64)
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: device %d (at most 64)", dev);
+    pthread_mutex_lock(&mu);
+    const bool h = have[dev];
+    *out = lo[dev];
+    pthread_mutex_unlock(&mu);
+    if (h)
+        return 0;
+    int v = 0;
+    CUDA_CHECK(err, cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    pthread_mutex_lock(&mu);
+    lo[dev] = v;
+    have[dev] = true;
+    pthread_mutex_unlock(&mu);
+    *out = v;
+    return 0;
+}
 
 /* The common launch: `pairs` blocks deep in z, pair z multiplying expert
  * expert[z] (when expert is set) by x row z / x_div into y row z; n tokens
@@ -258,14 +438,24 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     if (plan_make(type, rows, cols, &p))
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %lld columns (at most %d)", (long long)cols,
                           MAX_SEGS * SEG_MAX_K);
+    const int nrb = (p.mt + MV_WARPS - 1) / MV_WARPS;
+    unsigned *tick = NULL;
+    float *part = NULL;
+    int zstep = total; /* pairs per launch: as many as the scratch holds */
     if (p.nseg > 1) {
-        int dev = 0, major = 0;
-        CUDA_CHECK(err, cudaGetDevice(&dev));
-        CUDA_CHECK(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        if (major < 9)
-            return strata_err(err, STRATA_E_UNSUPPORTED,
-                              "cuda_matvec: %lld x %lld needs thread-block clusters (sm_90)", (long long)rows,
-                              (long long)cols);
+        size_t floats = 0;
+        int rc = mv_fold_scratch(stream, &tick, &part, &floats, err);
+        if (rc)
+            return rc;
+        const size_t per_z = (size_t)nrb * p.nseg * n * BLOCK_ROWS;
+        const size_t zmax = floats / per_z < CUDA_MATVEC_TICKET_BYTES / 4 / nrb ? floats / per_z
+                                                                                : CUDA_MATVEC_TICKET_BYTES / 4 / nrb;
+        if (zmax < 1)
+            return strata_err(err, STRATA_E_LIMIT,
+                              "cuda_matvec: %lld x %lld, n = %d needs %zu bytes of fold scratch (%zu attached)",
+                              (long long)rows, (long long)cols, n, CUDA_MATVEC_TICKET_BYTES + per_z * 4,
+                              CUDA_MATVEC_TICKET_BYTES + floats * 4);
+        zstep = (size_t)total < zmax ? total : (int)zmax;
     }
     MvArgs a;
     a.ws = Wsrc{(const uint8_t *)w, (int)rows, (int)cols, p.ntk};
@@ -278,11 +468,30 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     a.xu = f->xu;
     a.xstride = f->xstride;
     a.p = p;
-    a.l = mv_layout(type, p);
+    int smem_lo = 0;
+    if (type == GGML_TYPE_IQ3_XXS) {
+        int rc = mv_smem_lo(&smem_lo, err);
+        if (rc)
+            return rc;
+    }
+    a.l = mv_layout(type, p, smem_lo);
     a.x = x;
     a.y = y;
     a.n = n;
-    a.nrb = (p.mt + MV_WARPS - 1) / MV_WARPS;
+    a.nrb = nrb;
+    a.tick = tick;
+    a.part = part;
+    for (a.z0 = 0; a.z0 < total; a.z0 += zstep) { /* pairs past zstep: later launches, the same bits */
+        const int nz = total - a.z0 < zstep ? total - a.z0 : zstep;
+        const int rc = mv_launch_type(type, a, nz, stream, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int mv_launch_type(int type, const MvArgs &a, int total, cudaStream_t stream, strata_error *err)
+{
     switch (type) {
     case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, total, stream, err);
     case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, total, stream, err);

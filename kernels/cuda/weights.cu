@@ -284,4 +284,40 @@ int launch_capacity(const void *fn, int threads, size_t smem, int nseg, int *out
     return 0;
 }
 
+/* The plan's constants, or STRATA_MV_BLOCKS / STRATA_MV_SEGS / STRATA_MV_TPS
+ * (1..4096, 1..MAX_SEGS, 1..64) for A/B runs; read once (wtile.cuh,
+ * plan_make). */
+static int env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    return (*end || x < lo || x > hi) ? dflt : (int)x;
+}
+static pthread_once_t plan_once = PTHREAD_ONCE_INIT;
+static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN;
+static void plan_read()
+{
+    plan_b = env_int("STRATA_MV_BLOCKS", BLOCK_TARGET, 1, 4096);
+    plan_s = env_int("STRATA_MV_SEGS", SEGS_FIT, 1, MAX_SEGS);
+    plan_t = env_int("STRATA_MV_TPS", TPS_MIN, 1, 64);
+}
+int plan_tps_min()
+{
+    pthread_once(&plan_once, plan_read);
+    return plan_t;
+}
+int plan_blocks()
+{
+    pthread_once(&plan_once, plan_read);
+    return plan_b;
+}
+int plan_segs()
+{
+    pthread_once(&plan_once, plan_read);
+    return plan_s;
+}
+
 } /* namespace wt */

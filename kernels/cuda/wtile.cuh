@@ -40,8 +40,8 @@
  *   Segments: the k-tiles are cut into nseg segments (a function of rows and
  *     cols only, never of the batch); each segment is accumulated from 0 and
  *     the segment sums are added in order: y = ((0 + s0) + s1) + ...  The
- *     decode kernel computes the segments in parallel (one block of a thread
- *     block cluster each), the prefill kernel one after another. */
+ *     decode kernel computes the segments in parallel (one block each, the
+ *     last to finish adding them up), the prefill kernel one after another. */
 #ifndef STRATA_WTILE_CUH
 #define STRATA_WTILE_CUH
 
@@ -65,10 +65,11 @@ constexpr int THREADS = WARPS * 32;
 constexpr int MV_WARPS = 16;            /* decode: warps per block (one block per SM) */
 constexpr int MV_THREADS = MV_WARPS * 32;
 constexpr int BLOCK_ROWS = MV_WARPS * 16; /* decode: rows per row-block */
-constexpr int MAX_SEGS = 8;             /* portable cluster size */
+constexpr int MAX_SEGS = 8;             /* segments at most (so columns: 32768) */
 constexpr int SEG_MAX_K = 4096;         /* a segment's activations fit in shared memory */
-constexpr int BLOCK_TARGET = 96;        /* decode blocks (row-blocks x segments) wanted */
-constexpr int SEGS_FIT = 6;             /* segments per row-block when splitting for width */
+constexpr int BLOCK_TARGET = 128;       /* decode blocks (row-blocks x segments) wanted */
+constexpr int SEGS_FIT = 8;             /* segments per row-block when splitting for width */
+constexpr int TPS_MIN = 2;              /* k-tiles per segment at least (when splitting for width) */
 constexpr int MM_COLS = 64;             /* prefill: tokens per block (8 mma column groups) */
 constexpr int MV_COLS = 8;              /* decode: tokens per call at most */
 constexpr int TAB_BYTES = 65536;        /* IQ3_XXS tables in shared memory */
@@ -96,6 +97,14 @@ __host__ __device__ constexpr Geo geo(int type)
 /* Read from their ggml blocks (wblocks.cuh), decoded to fp16 for the mma. */
 __host__ __device__ constexpr bool is_blk(int type) { return wb::rb(type) != 0; }
 
+/* The plan's two constants, BLOCK_TARGET and SEGS_FIT unless the
+ * environment sets STRATA_MV_BLOCKS / STRATA_MV_SEGS (read once per
+ * process, for A/B runs on the card: the plan stays a function of the shape
+ * within a process, so decode and prefill still agree; weights.cu). */
+int plan_blocks();
+int plan_segs();
+int plan_tps_min(); /* TPS_MIN, or STRATA_MV_TPS */
+
 /* The reduction plan of a matrix: depends on (type, rows, cols) only. */
 struct Plan {
     int mt;    /* 16-row tiles */
@@ -114,18 +123,25 @@ inline int plan_make(int type, int64_t rows, int64_t cols, Plan *p)
     p->mt = (int)((rows + 15) / 16);
     p->ntk = (int)((cols + gm.kt - 1) / gm.kt);
     /* Split k so that the decode kernel's blocks (one per SM, row-blocks x
-     * segments) fill most of the card in ONE wave: the H200 fits 15
-     * clusters of 8 or 17 clusters of 6 such blocks (its GPCs hold 16-18
-     * SMs), so 16 row-blocks x 8 segments ran as two waves and took twice
-     * the time (4096 x 4096: 15.9 us; doc/cuda-kernels.md).  Hence at most
+     * segments) fill the card.  The segments fold through global memory
+     * with a ticket (matvec.cu), so no co-scheduling limit applies: 16
+     * row-blocks x 8 segments = 128 blocks run on 128 of the H200's 132
+     * SMs.  (Thread-block clusters, which folded them before, fit only 15
+     * clusters of 8 such blocks and ran that as two waves; they wanted 96
+     * blocks and 6 segments: doc/cuda-kernels.md.)  But at least TPS_MIN
+     * k-tiles a segment: every block pays the tables, the activations and
+     * the fold, and the MoE experts' small matrices (768 x 2048, 2048 x 768)
+     * come 8-16 pairs a launch, which fill the card without a k-split.  At most
      * BLOCK_TARGET blocks and SEGS_FIT segments — constants, never the
      * device's numbers, so the plan stays a function of the shape — and
      * segments no longer than SEG_MAX_K (their activations sit in shared
      * memory). */
     const int nrb = (p->mt + BLOCK_ROWS / 16 - 1) / (BLOCK_ROWS / 16);
-    int s = BLOCK_TARGET / nrb;
-    if (s > SEGS_FIT)
-        s = SEGS_FIT;
+    int s = plan_blocks() / nrb;
+    if (s > plan_segs())
+        s = plan_segs();
+    if (s > p->ntk / plan_tps_min())
+        s = p->ntk / plan_tps_min();
     if (s < 1)
         s = 1;
     const int s_min = (int)((cols + SEG_MAX_K - 1) / SEG_MAX_K);
@@ -277,10 +293,12 @@ __device__ __forceinline__ void quant_block(const float *src, int valid, int8_t 
  *   [1536, 1568)  d: word g = fp16 d of row g | d of row g+8 << 16.
  * Tables in shared memory (64 KiB, built per block): entry i at 256 i:
  *   bytes [0, 128): grid[i] (4 magnitudes) replicated for each of 32 lanes;
- *   bytes [128, 256), i < 128: the 8 sign bytes (0xff = negative) of sign
- *   field i, replicated for 16 lanes.  Lane-private copies make every table
- *   load conflict-free; an index byte becomes an address with one byte
- *   permute (idx << 8 | 4 lane). */
+ *   bytes [128, 256), i < 128: sign field i: decode, the 8 sign bytes
+ *   (0xff = negative) replicated for 16 lanes; prefill, those and their
+ *   & 1 (16 bytes) replicated for 8 lanes (iq3_tables_fill says why).
+ *   Lane-private copies make every table load conflict-free; an index byte
+ *   becomes an address with one byte permute (idx << 8 | 4 lane), a sign
+ *   field with a shift and one LOP3. */
 static __constant__ uint32_t c_iq3_grid[256] = {
 #include "model/iq3xxs_grid.inc"
 };
@@ -291,18 +309,57 @@ __device__ __forceinline__ uint32_t sign_bytes(uint32_t nib)
            ((nib & 8) ? 0xff000000u : 0u);
 }
 
-/* Fill the 64 KiB table area; the caller syncs before use. */
-__device__ inline void iq3_tables_init(uint8_t *tab)
+/* Fill the 64 KiB table area; the caller syncs before use.  WIDE (prefill,
+ * iq3_tables_init): each sign entry is 16 bytes, m then m & 1, for 8 lanes,
+ * so `(g ^ m) + (m & 1)` is +-g per byte (no carry: g >= 4) and one mma a
+ * sub-block does; the decode kernel (iq3_tables_init_dec) keeps 8-byte
+ * entries for 16 lanes and a second mma for the ones: it is bound by its
+ * shared-memory reads, which the wide entries raise by 4 KiB a tile, where
+ * prefill reads each entry once for 8 column groups (doc/cuda-kernels.md). */
+template <bool WIDE> __device__ inline void iq3_tables_fill(uint8_t *tab)
 {
     uint32_t *t32 = (uint32_t *)tab;
     for (int i = threadIdx.x; i < 256 * 32; i += blockDim.x)
         t32[(i >> 5) * 64 + (i & 31)] = c_iq3_grid[i >> 5];
-    uint2 *t64 = (uint2 *)tab;
-    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
-        const uint32_t e = (uint32_t)(i >> 4);
-        const uint32_t sg = e | ((__popc(e) & 1u) << 7);
-        t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
+    if (WIDE) {
+        uint4 *t128 = (uint4 *)tab;
+        for (int i = threadIdx.x; i < 128 * 8; i += blockDim.x) {
+            const uint32_t e = (uint32_t)(i >> 3);
+            const uint32_t sg = e | ((__popc(e) & 1u) << 7);
+            const uint32_t m0 = sign_bytes(sg & 15), m1 = sign_bytes(sg >> 4);
+            t128[e * 16 + 8 + (i & 7)] = make_uint4(m0, m1, m0 & 0x01010101u, m1 & 0x01010101u);
+        }
+    } else {
+        uint2 *t64 = (uint2 *)tab;
+        for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) {
+            const uint32_t e = (uint32_t)(i >> 4);
+            const uint32_t sg = e | ((__popc(e) & 1u) << 7);
+            t64[e * 32 + 16 + (i & 15)] = make_uint2(sign_bytes(sg & 15), sign_bytes(sg >> 4));
+        }
     }
+}
+__device__ inline void iq3_tables_init(uint8_t *tab) { iq3_tables_fill<true>(tab); }
+__device__ inline void iq3_tables_init_dec(uint8_t *tab) { iq3_tables_fill<false>(tab); }
+
+/* Table loads by 32-bit shared-window address (the base folds into the
+ * load's address operand instead of an add per lookup). */
+__device__ __forceinline__ uint32_t lds32(uint32_t a)
+{
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t a)
+{
+    uint2 v;
+    asm("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t a)
+{
+    uint4 v;
+    asm("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
 }
 
 /* A tile as one lane holds it; the block-tile types (the primary template)
@@ -400,53 +457,87 @@ template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_BF16> &r, con
  * [0] row g tok 2t, [1] row g tok 2t+1, [2] row g+8 tok 2t, [3] row g+8 tok
  * 2t+1).  k0: the tile's first element and b0 its first activation block,
  * both relative to the Act. */
-template <int NG, bool G>
-__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
-                                         float (&acc)[NG][4], const uint8_t *tab, int lane)
+/* tb: the tables' shared-window address; A64: a multiple of 64 KiB and
+ * 8-byte sign entries (the decode kernel's layout, iq3_tables_init_dec), so
+ * the addresses need no add; otherwise 16-byte sign entries
+ * (iq3_tables_init) and one mma a sub-block.  The integer sums are the same
+ * either way.  N1: one token (decode at n = 1, every MoE pair): the odd mma
+ * columns (tokens 2t + 1) are not accumulated; column 0's arithmetic is the
+ * same. */
+template <int NG, bool G, bool A64 = false, bool N1 = false>
+__device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
+                                             float (&acc)[NG][4], uint32_t tb, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    const uint32_t lane4 = (uint32_t)lane * 4;
-    const uint32_t soff = 128u | ((uint32_t)(lane & 15) << 3);
+    const uint32_t lane4 = (uint32_t)lane * 4 | (A64 ? tb : 0u);
+    constexpr bool WIDE = !A64;
+    const uint32_t soff = (WIDE ? 128u | ((uint32_t)(lane & 7) << 4) : 128u | ((uint32_t)(lane & 15) << 3)) |
+                          (A64 ? tb : 0u);
+    const uint32_t tadd = A64 ? 0u : tb;
+    /* grid entry of index byte B of w: bytes (4 lane, idx, base 2, base 3) */
+    constexpr uint32_t GSEL = A64 ? 0x7604u : 0x5504u;
+    /* 2 ls + 1 of all 16 (row, sub-block) pairs of the lane's rows, one byte
+     * each: lane t of the quad holds the scales of sub-blocks 2t, 2t+1
+     * (nibbles: row g, row g, row g+8, row g+8); four shuffles bring them,
+     * P0 = sub-blocks 0..3, P1 = 4..7.  Then E = even sub-blocks' bytes
+     * (2p: row g, row g+8, 2p+2: row g, row g+8), O = the odd ones'. */
     const uint32_t L = (r.s.x >> 28) | ((r.s.y >> 28) << 4) | ((r.s.z >> 28) << 8) | ((r.s.w >> 28) << 12);
+    const int q0 = lane & ~3;
+    const uint32_t P0 = __byte_perm(__shfl_sync(0xffffffffu, L, q0), __shfl_sync(0xffffffffu, L, q0 + 1), 0x5410u);
+    const uint32_t P1 =
+        __byte_perm(__shfl_sync(0xffffffffu, L, q0 + 2), __shfl_sync(0xffffffffu, L, q0 + 3), 0x5410u);
+    const uint32_t SC[4] = {(P0 & 0x0f0f0f0fu) * 2u + 0x01010101u, ((P0 >> 4) & 0x0f0f0f0fu) * 2u + 0x01010101u,
+                            (P1 & 0x0f0f0f0fu) * 2u + 0x01010101u, ((P1 >> 4) & 0x0f0f0f0fu) * 2u + 0x01010101u};
     int ai[NG][4];
 #pragma unroll
     for (int j = 0; j < NG; ++j)
         ai[j][0] = ai[j][1] = ai[j][2] = ai[j][3] = 0;
     const int zero[4] = {0, 0, 0, 0};
-    uint32_t Lq = 0;
 #pragma unroll
     for (int ib = 0; ib < 8; ++ib) {
-        if ((ib & 1) == 0)
-            Lq = __shfl_sync(0xffffffffu, L, (lane & ~3) | (ib >> 1));
-        /* 2 ls + 1 for rows g and g+8: one shift and one LOP3 each */
-        const int s0 = (int)((((ib & 1) ? Lq >> 3 : Lq << 1) & 0x1eu) | 1u);
-        const int s1 = (int)((((ib & 1) ? Lq >> 11 : Lq >> 7) & 0x1eu) | 1u);
+        /* sub-block ib: word (ib >> 2) * 2 + (ib & 1), bytes 2 ((ib >> 1) & 1) + r */
+        const uint32_t sw = SC[(ib >> 2) * 2 + (ib & 1)];
+        const int hb = ((ib >> 1) & 1) * 2;
+        const int s0 = (int)__byte_perm(sw, 0u, 0x4440u | (uint32_t)hb);
+        const int s1 = (int)__byte_perm(sw, 0u, 0x4440u | (uint32_t)(hb + 1));
         const uint32_t gw0 = word4(r.g0, ib >> 1), gw1 = word4(r.g1, ib >> 1);
         const uint32_t bs = (uint32_t)(ib & 1) * 2;
-        const uint32_t G00 = *(const uint32_t *)(tab + __byte_perm(gw0, lane4, 0x5504u | (bs << 4)));
-        const uint32_t G01 = *(const uint32_t *)(tab + __byte_perm(gw0, lane4, 0x5504u | ((bs + 1) << 4)));
-        const uint32_t G10 = *(const uint32_t *)(tab + __byte_perm(gw1, lane4, 0x5504u | (bs << 4)));
-        const uint32_t G11 = *(const uint32_t *)(tab + __byte_perm(gw1, lane4, 0x5504u | ((bs + 1) << 4)));
+        const uint32_t G00 = lds32(tadd + __byte_perm(gw0, lane4, GSEL | (bs << 4)));
+        const uint32_t G01 = lds32(tadd + __byte_perm(gw0, lane4, GSEL | ((bs + 1) << 4)));
+        const uint32_t G10 = lds32(tadd + __byte_perm(gw1, lane4, GSEL | (bs << 4)));
+        const uint32_t G11 = lds32(tadd + __byte_perm(gw1, lane4, GSEL | ((bs + 1) << 4)));
         const uint32_t sw0 = word4(r.s, ib >> 2), sw1 = word4(r.s, 2 + (ib >> 2));
         const int jf = ib & 3; /* field jf of the word, moved to bits 8..14 */
         const uint32_t f0 = jf == 0 ? sw0 << 8 : jf == 1 ? sw0 << 1 : jf == 2 ? sw0 >> 6 : sw0 >> 13;
         const uint32_t f1 = jf == 0 ? sw1 << 8 : jf == 1 ? sw1 << 1 : jf == 2 ? sw1 >> 6 : sw1 >> 13;
-        const uint2 M0 = *(const uint2 *)(tab + ((f0 & 0x7f00u) | soff));
-        const uint2 M1 = *(const uint2 *)(tab + ((f1 & 0x7f00u) | soff));
-        /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
-        const uint32_t ax[4] = {G00 ^ M0.x, G10 ^ M1.x, G01 ^ M0.y, G11 ^ M1.y};
-        const uint32_t an[4] = {M0.x & 0x01010101u, M1.x & 0x01010101u, M0.y & 0x01010101u,
-                                M1.y & 0x01010101u};
+        uint32_t ax[4], an[4];
+        if constexpr (WIDE) {
+            const uint4 M0 = lds128(tadd + ((f0 & 0x7f00u) | soff));
+            const uint4 M1 = lds128(tadd + ((f1 & 0x7f00u) | soff));
+            /* g ^ m is -g - 1 where m = 0xff; + (m & 1) makes it -g */
+            ax[0] = (G00 ^ M0.x) + M0.z, ax[1] = (G10 ^ M1.x) + M1.z;
+            ax[2] = (G01 ^ M0.y) + M0.w, ax[3] = (G11 ^ M1.y) + M1.w;
+        } else {
+            const uint2 M0 = lds64(tadd + ((f0 & 0x7f00u) | soff));
+            const uint2 M1 = lds64(tadd + ((f1 & 0x7f00u) | soff));
+            /* g ^ m is -g - 1 where m = 0xff: the second mma adds the 1s back */
+            ax[0] = G00 ^ M0.x, ax[1] = G10 ^ M1.x, ax[2] = G01 ^ M0.y, ax[3] = G11 ^ M1.y;
+            an[0] = M0.x & 0x01010101u, an[1] = M1.x & 0x01010101u;
+            an[2] = M0.y & 0x01010101u, an[3] = M1.y & 0x01010101u;
+        }
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
             const uint2 b = ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * ib + 8 * t);
             int c[4];
             mma_s8(c, ax, b, zero);
-            mma_s8(c, an, b, c);
+            if constexpr (!WIDE)
+                mma_s8(c, an, b, c);
             ai[j][0] += s0 * c[0];
-            ai[j][1] += s0 * c[1];
             ai[j][2] += s1 * c[2];
-            ai[j][3] += s1 * c[3];
+            if constexpr (!N1) {
+                ai[j][1] += s0 * c[1];
+                ai[j][3] += s1 * c[3];
+            }
         }
     }
     const float dw0 = h2f(r.d & 0xffffu) * 0.25f, dw1 = h2f(r.d >> 16) * 0.25f;
@@ -454,22 +545,35 @@ __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_IQ3_XXS> &r, const 
     for (int j = 0; j < NG; ++j) {
         const float2 dx = ldf2<G>(a.d + b0 * a.bs + 8 * j + 2 * t);
         acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), (float)ai[j][0], acc[j][0]);
-        acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), (float)ai[j][1], acc[j][1]);
         acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), (float)ai[j][2], acc[j][2]);
-        acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), (float)ai[j][3], acc[j][3]);
+        if constexpr (!N1) {
+            acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), (float)ai[j][1], acc[j][1]);
+            acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), (float)ai[j][3], acc[j][3]);
+        }
     }
 }
 
-/* Scale a biased block dot (bits of 1.5*2^23 + dot) into acc. */
+/* tab: the tables (generic pointer to shared memory) */
 template <int NG, bool G>
+__device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
+                                         float (&acc)[NG][4], const uint8_t *tab, int lane)
+{
+    tile_mma_iq3<NG, G>(r, a, k0, b0, acc, (uint32_t)__cvta_generic_to_shared(tab), lane);
+}
+
+/* Scale a biased block dot (bits of 1.5*2^23 + dot) into acc; N1: column
+ * 2t only (one token). */
+template <int NG, bool G, bool N1 = false>
 __device__ __forceinline__ void acc_block(float (&acc)[NG][4], int j, const int (&c)[4], float dw0, float dw1,
                                           const Act &a, int blk, int t)
 {
     const float2 dx = ldf2<G>(a.d + blk * a.bs + 8 * j + 2 * t);
     acc[j][0] = __fmaf_rn(__fmul_rn(dw0, dx.x), __int_as_float(c[0]) - BIAS_F, acc[j][0]);
-    acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), __int_as_float(c[1]) - BIAS_F, acc[j][1]);
     acc[j][2] = __fmaf_rn(__fmul_rn(dw1, dx.x), __int_as_float(c[2]) - BIAS_F, acc[j][2]);
-    acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), __int_as_float(c[3]) - BIAS_F, acc[j][3]);
+    if constexpr (!N1) {
+        acc[j][1] = __fmaf_rn(__fmul_rn(dw0, dx.y), __int_as_float(c[1]) - BIAS_F, acc[j][1]);
+        acc[j][3] = __fmaf_rn(__fmul_rn(dw1, dx.y), __int_as_float(c[3]) - BIAS_F, acc[j][3]);
+    }
 }
 
 /* Q2_0 tile (576 bytes = 16 rows x 2 blocks x 18): [0, 512) lane L at 16L,
@@ -477,7 +581,7 @@ __device__ __forceinline__ void acc_block(float (&acc)[NG][4], int j, const int 
  * 8t+i | 8t+4+i << 2 | 32+8t+i << 4 | 32+8t+4+i << 6 (two bits each), so
  * shifts by 0/2/4/6 and one mask give the four u8x4 A words; [512, 576)
  * lane quad g at 512 + 8g: fp16 d of (b, r) = 2b + r. */
-template <int NG, bool G>
+template <int NG, bool G, bool N1 = false>
 __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q2_0> &r, const Act &a, int k0, int b0,
                                          float (&acc)[NG][4], const uint8_t *, int lane)
 {
@@ -498,7 +602,7 @@ __device__ __forceinline__ void tile_mma(const Raw<GGML_TYPE_Q2_0> &r, const Act
             int c[4];
             mma_u8(c, A0, ld8<G>(qp), cin);
             mma_u8(c, A1, ld8<G>(qp + 32), c);
-            acc_block<NG, G>(acc, j, c, dw0, dw1, a, b0 + b, t);
+            acc_block<NG, G, N1>(acc, j, c, dw0, dw1, a, b0 + b, t);
         }
     }
 }
@@ -826,7 +930,7 @@ __device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1
 
 /* run_tiles with the loads going through this warp's ring (decode, NG = 1);
  * primed: ring_prime already issued the first tiles. */
-template <int TYPE>
+template <int TYPE, bool N1 = false>
 __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
                                                float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane,
                                                bool primed)
@@ -834,6 +938,7 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
     constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
     constexpr Geo gm = geo(TYPE);
     const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint32_t tb = (uint32_t)__cvta_generic_to_shared(tab); /* IQ3_XXS: 64 KiB aligned (MvLayout) */
     if (!primed)
         ring_prime<TYPE>(ws, R, t0, t1, ring, lane);
     for (int T = t0; T < t1; T += D) {
@@ -852,17 +957,28 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
                 Raw<TYPE> cur;
                 ring_read<TYPE>(cur, ring + i * SLOT, lane);
                 const int k0 = (tt - kbase) * gm.kt;
-                tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
+                    tile_mma_iq3<1, false, true, N1>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+                else if constexpr (TYPE == GGML_TYPE_Q2_0)
+                    tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                else
+                    tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             }
         }
     }
     cp_wait<0>();
 }
 
-/* ---- shared-memory layout of the decode kernel (host and device) -------- */
+/* ---- shared-memory layout of the decode kernel (host and device) --------
+ * IQ3_XXS: the tables start at a shared-window address that is a multiple
+ * of 64 KiB, so a lookup's address is one byte permute of the index byte
+ * into (table base | 4 lane), with no add (tile_mma_iq3<.., true>); the
+ * activations and the first warps' rings fill the space before them (the
+ * dynamic shared memory starts `smem_lo` bytes into the window: the
+ * reserved 1 KiB on sm_90), the other rings follow them. */
 struct MvLayout {
     int xstride;            /* bytes (int8) or halves (F16) between tokens */
-    int off_xq, off_dx, off_xs, off_part, off_ring, ring_warp, bytes;
+    int off_xq, off_dx, off_xs, off_tab, off_ring, ring_warp, ring_split, off_ring2, bytes;
 };
 inline int ring_bytes_per_warp(int type)
 {
@@ -876,38 +992,56 @@ inline int ring_bytes_per_warp(int type)
     default: return is_blk(type) ? geo(type).tile * blk_depth(geo(type).tile) : 0;
     }
 }
-inline MvLayout mv_layout(int type, const Plan &p)
+inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
 {
     const Geo gm = geo(type);
     const int seg_k = p.tps * gm.kt;
     MvLayout l{};
-    int off = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
-    l.off_xq = off;
+    /* the table hole [off_tab, off_tab + hole) */
+    const int hole = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
+    l.off_tab = hole ? (TAB_BYTES - smem_lo % TAB_BYTES) % TAB_BYTES : 0;
+    int off = l.off_tab == 0 ? hole : 0;
+    int act = 0;
     if (gm.i8) {
         /* stride = 32 (mod 128) bytes: a warp's 8-byte B loads (tokens g,
          * offsets 8t) hit 32 distinct banks */
         l.xstride = (seg_k + 127) / 128 * 128 + 32;
-        off += MV_COLS * l.xstride;
-        const int nb = seg_k / gm.xb;
-        l.off_dx = off;
-        off += MV_COLS * nb * 4;
-        l.off_xs = off;
-        off += MV_COLS * nb * 4;
+        act = MV_COLS * l.xstride + 2 * MV_COLS * (seg_k / gm.xb) * 4;
     } else {
         /* 64 (mod 128) bytes: conflict-free 16-byte loads */
         l.xstride = (seg_k + 63) / 64 * 64 + 32;
-        off += MV_COLS * l.xstride * 2;
-        l.off_dx = l.off_xs = off;
+        act = MV_COLS * l.xstride * 2;
     }
-    off = (off + 15) / 16 * 16;
-    l.off_part = off;
-    if (p.nseg > 1)
-        off += 2 * MV_COLS * BLOCK_ROWS * 4;
-    l.off_ring = off;
+    if (hole && off < l.off_tab + hole && off + act > l.off_tab)
+        off = l.off_tab + hole; /* the activations do not fit before the tables */
+    l.off_xq = off;
+    if (gm.i8) {
+        const int nb = seg_k / gm.xb;
+        l.off_dx = off + MV_COLS * l.xstride;
+        l.off_xs = l.off_dx + MV_COLS * nb * 4;
+    } else {
+        l.off_dx = l.off_xs = off + MV_COLS * l.xstride * 2;
+    }
+    off = (off + act + 15) / 16 * 16;
     l.ring_warp = ring_bytes_per_warp(type);
-    off += MV_WARPS * l.ring_warp;
-    l.bytes = off;
+    l.off_ring = off;
+    l.ring_split = MV_WARPS;
+    if (hole && off < l.off_tab + hole) { /* rings of warps [0, split) before the tables */
+        const int fit = off <= l.off_tab ? (l.off_tab - off) / l.ring_warp : 0;
+        l.ring_split = fit < MV_WARPS ? fit : MV_WARPS;
+    }
+    l.off_ring2 = l.ring_split < MV_WARPS ? l.off_tab + hole : off;
+    l.bytes = l.off_ring2 + (MV_WARPS - l.ring_split) * l.ring_warp;
+    if (l.ring_split == MV_WARPS)
+        l.bytes = off + MV_WARPS * l.ring_warp;
+    if (hole && l.bytes < l.off_tab + hole)
+        l.bytes = l.off_tab + hole;
     return l;
+}
+/* Warp w's ring (device and host). */
+__host__ __device__ inline int mv_ring_off(const MvLayout &l, int w)
+{
+    return w < l.ring_split ? l.off_ring + w * l.ring_warp : l.off_ring2 + (w - l.ring_split) * l.ring_warp;
 }
 
 /* How many blocks (nseg == 1) or clusters of nseg blocks fit on the current
