@@ -8,7 +8,9 @@
  * Shapes: every supported head dim (32..512), rows whose q|k|v sit in one
  * stacked row (the engine's wqkv layout, strides larger than the heads),
  * k or v absent, and 1 and 7 rows; a row alone equals the same row in a
- * batch (the invariance rule).  Bytes between rows must stay untouched. */
+ * batch (the invariance rule).  Bytes between rows must stay untouched.
+ * The rotation fused with the store (cuda_kv_rotate_store) against the CPU's
+ * rotate then store: the same, bit for bit, in the rows and the pool. */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -91,6 +93,124 @@ START_TEST(rotate_bit_exact_with_cpu)
 }
 END_TEST
 
+/* cuda_kv_rotate_store (kernels/cuda/kv.cu) against the CPU's rotate then
+ * store, bit for bit: q|k|v rows rotated in place and every byte of the
+ * pool, for k8v4, k8v4nl and f16, with and without a K shift, 2 sequences
+ * of 3 rows at scattered positions of shuffled pages. */
+static void check_rotate_store(int type, int d, int nq, int nkv, int with_shift)
+{
+    const int n_seq = 2, n_tok = 3, pages_per = 2, n_pages = n_seq * pages_per;
+    int64_t dq = (int64_t)nq * d, dkv = (int64_t)nkv * d, stride = dq + 2 * dkv + 3;
+    size_t n = (size_t)stride * n_seq * n_tok;
+    float *h = malloc(n * sizeof *h), *ref = malloc(n * sizeof *ref), *got = malloc(n * sizeof *got);
+    test_fill_normal(h, n, 1.5f, (uint64_t)d * 77 + type * 5 + with_shift);
+    memcpy(ref, h, n * sizeof *h);
+    float *shift = malloc((size_t)dkv * sizeof *shift);
+    test_fill_normal(shift, (size_t)dkv, 0.8f, 4242 + d);
+    int32_t pages[4] = {2, 0, 3, 1}, pos[6];
+    for (int i = 0; i < n_seq * n_tok; i++)
+        pos[i] = (int32_t)((i * 173 + 31) % (pages_per * KV_PAGE));
+    size_t rows = (size_t)n_pages * nkv * KV_PAGE, bytes[4];
+    if (type == KV_F16) {
+        bytes[0] = bytes[2] = rows * d * 2;
+        bytes[1] = bytes[3] = 0;
+    } else {
+        bytes[0] = rows * d;
+        bytes[1] = bytes[3] = rows * (d / 32) * 2;
+        bytes[2] = rows * d / 2;
+    }
+    void *hb[4] = {0}, *db[4] = {0};
+    for (int b = 0; b < 4; b++) {
+        if (!bytes[b])
+            continue;
+        hb[b] = malloc(bytes[b]);
+        memset(hb[b], 0x5a, bytes[b]); /* untouched rows must stay so on both sides */
+        db[b] = dup_to_dev(hb[b], bytes[b]);
+    }
+    kv_view hv = {0};
+    hv.type = type;
+    hv.n_kv_head = nkv;
+    hv.head_dim = d;
+    hv.kshift = with_shift ? shift : NULL;
+    kv_view dv = hv;
+    if (type == KV_F16) {
+        hv.kh = hb[0], hv.vh = hb[2];
+        dv.kh = db[0], dv.vh = db[2];
+    } else {
+        hv.kq = hb[0], hv.kd = hb[1], hv.vq = hb[2], hv.vd = hb[3];
+        dv.kq = db[0], dv.kd = db[1], dv.vq = db[2], dv.vd = db[3];
+    }
+    float *dshift = dup_to_dev(shift, (size_t)dkv * sizeof *shift);
+    dv.kshift = with_shift ? dshift : NULL;
+    int32_t *dpages = dup_to_dev(pages, sizeof pages), *dpos = dup_to_dev(pos, sizeof pos);
+    dv.pages = dpages;
+    for (int r = 0; r < n_seq * n_tok; r++) {
+        float *x = ref + (size_t)r * stride;
+        cpu_kv_rotate(x, nq, d);
+        cpu_kv_rotate(x + dq, nkv, d);
+        cpu_kv_rotate(x + dq + dkv, nkv, d);
+        hv.pages = pages + (r / n_tok) * pages_per;
+        cpu_kv_store(&hv, pos[r], x + dq, x + dq + dkv);
+    }
+    float *dx = dup_to_dev(h, n * sizeof *h);
+    OK(cuda_kv_rotate_store(&dv, pages_per, n_seq, n_tok, dpos, dx, nq, stride, dx + dq, stride,
+                            dx + dq + dkv, stride, 0, &e_));
+    to_host(got, dx, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&got[i], &ref[i], sizeof(float)) == 0,
+                      "rotate_store type %d d %d: float %zu: %.9g vs %.9g", type, d, i, got[i],
+                      ref[i]);
+    for (int b = 0; b < 4; b++) {
+        if (!bytes[b])
+            continue;
+        unsigned char *g = malloc(bytes[b]);
+        to_host(g, db[b], bytes[b]);
+        size_t first = bytes[b];
+        for (size_t i = 0; i < bytes[b]; i++)
+            if (g[i] != ((unsigned char *)hb[b])[i]) {
+                first = i;
+                break;
+            }
+        ck_assert_msg(first == bytes[b], "rotate_store type %d d %d shift %d buffer %d: byte %zu differs",
+                      type, d, with_shift, b, first);
+        free(g);
+        CK(cudaFree(db[b]));
+        free(hb[b]);
+    }
+    CK(cudaFree(dx));
+    CK(cudaFree(dshift));
+    CK(cudaFree(dpages));
+    CK(cudaFree(dpos));
+    free(h);
+    free(ref);
+    free(got);
+    free(shift);
+}
+
+START_TEST(rotate_store_bit_exact_with_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    static const int dims[] = {32, 64, 128, 256, 512};
+    static const int types[] = {KV_K8V4, KV_K8V4NL, KV_F16};
+    for (size_t a = 0; a < sizeof dims / sizeof dims[0]; a++)
+        for (int t = 0; t < 3; t++) {
+            check_rotate_store(types[t], dims[a], 8, 2, 1);
+            check_rotate_store(types[t], dims[a], 9, 3, 0);
+        }
+    /* a head dim the rotation cannot take */
+    strata_error err = {0};
+    kv_view kv = {0};
+    kv.type = KV_K8V4NL;
+    kv.n_kv_head = 1;
+    kv.head_dim = 96;
+    ck_assert_int_eq(cuda_kv_rotate_store(&kv, 1, 1, 1, NULL, NULL, 1, 96, NULL, 96, NULL, 96, 0,
+                                          &err),
+                     STRATA_E_ARG);
+}
+END_TEST
+
 START_TEST(rotate_refuses_bad_shapes)
 {
     const char *why;
@@ -111,6 +231,7 @@ static Suite *cuda_rotate_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, rotate_bit_exact_with_cpu);
+    tcase_add_test(tc, rotate_store_bit_exact_with_cpu);
     tcase_add_test(tc, rotate_refuses_bad_shapes);
     suite_add_tcase(s, tc);
     return s;

@@ -243,6 +243,13 @@ int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v
                    cudaStream_t stream, strata_error *err);
 int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                      cudaStream_t stream, strata_error *err);
+/* cuda_kv_rotate(q, k, v) then cuda_kv_store(kv, k, v) in one launch, with
+ * the same bits in q, k, v and the pool: the k8v4r/k8v4r2 append of a
+ * decode step or chunk (n_seq sequences of n_tok rows, d_pos per row). */
+int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
+                         const int32_t *d_pos, float *q, int n_q_heads, int64_t q_stride,
+                         float *k, int64_t k_stride, float *v, int64_t v_stride,
+                         cudaStream_t stream, strata_error *err);
 
 /* Attention over the paged cache (k8v4, k8v4nl or f16), twin of cpu_attention.
  * Sequence b (< n_seq) has n_tok query tokens at positions d_pos[b] + i
