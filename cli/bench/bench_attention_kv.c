@@ -5,13 +5,17 @@
  * listed is the baseline the others are compared with):
  *   store    cuda_kv_store of one token per sequence (--batch sequences) and
  *            of a 512-token chunk of one sequence;
- *   rotate   (rotated formats) cuda_kv_rotate of q|k|v and cuda_kv_unrotate
- *            of the attention's output, one token per sequence;
+ *   rotate   (rotated formats) the rotation alone, cuda_kv_rotate of q|k|v
+ *            and cuda_kv_unrotate of the attention's output, one token per
+ *            sequence (the engine runs them inside the store and the
+ *            attention);
  *   decode   cuda_attention of one query token per sequence at the last
  *            position of each --ctx, --batch sequences;
  *   layer    the whole attention part of one layer's decode step as the
- *            engine launches it (engine/cuda/forward_cuda.c): rotate, store,
- *            attention, unrotate — what a format adds per layer;
+ *            engine launches it (engine/cuda/forward_cuda.c): store (with the
+ *            rotation of q|k|v in its launch for the rotated formats) and
+ *            attention (writing its output rotated back) — what a format
+ *            adds per layer;
  *   prefill  512 query tokens of one sequence ending at the last position.
  * Method as bench_attention.c: bench_graph_us over a CUDA graph of 8
  * launches (the engine replays its decode step as a graph, with the same
@@ -83,16 +87,19 @@ static int bk_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
     const int64_t qs = (int64_t)BK_NHEAD * BK_HD, ks = (int64_t)BK_NKV * BK_HD;
     const int rows = r->n_seq * r->n_tok;
     int rc = 0;
-    if ((r->what & BK_ROT) && r->rot)
+    const int rot = r->rot && (r->what & BK_ROT), unrot = r->rot && (r->what & BK_UNROT);
+    if (r->what & BK_STORE) /* with the rotation: one launch, as the engine */
+        rc = rot ? cuda_kv_rotate_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->q,
+                                        BK_NHEAD, qs, r->k, ks, r->v, ks, s, err)
+                 : cuda_kv_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->k, ks, r->v,
+                                 ks, s, err);
+    else if (rot)
         rc = cuda_kv_rotate(r->q, BK_NHEAD, qs, r->k, r->v, BK_NKV, ks, ks, rows, BK_HD, s, err);
-    if (!rc && (r->what & BK_STORE))
-        rc = cuda_kv_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->k, ks, r->v, ks, s,
-                           err);
-    if (!rc && (r->what & BK_ATT))
-        rc = cuda_attention(&kv, r->pages_per, r->d_first, r->n_seq, r->n_tok, r->max_ctx, r->q,
-                            qs, BK_NHEAD, 0.08838834764831845f, r->out, qs, r->scratch,
-                            r->scratch_bytes, s, err);
-    if (!rc && (r->what & BK_UNROT) && r->rot)
+    if (!rc && (r->what & BK_ATT)) /* with the unrotation: inside the attention */
+        rc = (unrot ? cuda_attention_rotated : cuda_attention_window)(
+            &kv, r->pages_per, r->d_first, r->n_seq, r->n_tok, r->max_ctx, 0, r->q, qs, BK_NHEAD,
+            0.08838834764831845f, r->out, qs, r->scratch, r->scratch_bytes, s, err);
+    else if (!rc && unrot)
         rc = cuda_kv_unrotate(r->out, BK_NHEAD, qs, rows, BK_HD, s, err);
     return rc;
 }
@@ -324,14 +331,25 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
                 base_p[k] = us;
             k++;
             printf("%-8s %-28s %10.2f %9s\n", f->name, what, us, pct);
-            if (!f->rot || bi == n_batch)
+            if (!f->rot)
+                continue;
+            /* the engine's launch: rotation and store together; then the
+             * rotations alone, for the record */
+            us = bk_time(&r, BK_ROT | BK_STORE, nseq, ntok, runs, s, host_pos);
+            if (us < 0)
+                goto fail;
+            snprintf(what, sizeof what, "rotate+store %d x %d", nseq, ntok);
+            printf("%-8s %-28s %10.2f\n", f->name, what, us);
+            if (bi == n_batch)
                 continue;
             us = bk_time(&r, BK_ROT, nseq, 1, runs, s, host_pos);
             double un = bk_time(&r, BK_UNROT, nseq, 1, runs, s, host_pos);
             if (us < 0 || un < 0)
                 goto fail;
-            printf("%-8s rotate q|k|v %d seq x 1 tok   %10.2f\n", f->name, nseq, us);
-            printf("%-8s unrotate out %d seq x 1 tok   %10.2f\n", f->name, nseq, un);
+            snprintf(what, sizeof what, "rotate q|k|v alone %d x 1", nseq);
+            printf("%-8s %-28s %10.2f\n", f->name, what, us);
+            snprintf(what, sizeof what, "unrotate out alone %d x 1", nseq);
+            printf("%-8s %-28s %10.2f\n", f->name, what, un);
         }
         bk_pool_free(&pool);
     }

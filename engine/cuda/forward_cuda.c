@@ -176,13 +176,12 @@ static void attention_block(srun *r, int il)
     else
         keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
                               cs->compute, err_of(r)));
-    keep(r, cuda_attention_window(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx,
-                                  window, q, qs, hp->n_head, hp->attn_scale, cs->att, dq,
-                                  cs->att_scratch, cs->att_scratch_bytes, cs->compute,
-                                  err_of(r)));
-    if (rot)
-        keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
-                                 err_of(r)));
+    /* k8v4r: the output rotated back (cpu_kv_unrotate) as the attention
+     * writes it */
+    keep(r, (rot ? cuda_attention_rotated : cuda_attention_window)(
+                &kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, window, q, qs,
+                hp->n_head, hp->attn_scale, cs->att, dq, cs->att_scratch, cs->att_scratch_bytes,
+                cs->compute, err_of(r)));
     trace(r, "q_rope", il, q, dq);
     trace(r, "att", il, cs->att, dq);
     matmul(r, &d->wo, cs->att, n, cs->xb);

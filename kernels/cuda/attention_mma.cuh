@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/rotate.cuh"
 
 /* ---- small device helpers ------------------------------------------------ */
 
@@ -127,6 +128,9 @@ typedef struct att_args {
     float *spart;          /* split: super-chunk partials [..][max_supers] */
     unsigned *tick1;       /* split: tickets per super-chunk, zero at rest */
     unsigned *tick2;       /* split: tickets per (sequence, kv head) */
+    int unrot;             /* 1: out = R^T of the result (cuda_attention_rotated) */
+    float rot_scale;       /* kv_rot_scale(head_dim) */
+    rot_signs rs;          /* the rotation's sign pattern */
 } att_args;
 
 /* Row index of token `pos` of kv head h in sequence `seq`'s pages:

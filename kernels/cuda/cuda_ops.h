@@ -290,6 +290,15 @@ int cuda_attention_plain_window(const kv_view *kv, int page_stride, const int32_
                                 int n_seq, int n_tok, int window, const float *q,
                                 int64_t q_stride, int n_head, float scale, float *out,
                                 int64_t out_stride, cudaStream_t stream, strata_error *err);
+/* k8v4r, k8v4r2: cuda_attention_window then cuda_kv_unrotate of out (n_head
+ * heads per row), the same bits, the unrotation done by the attention
+ * kernel as it writes its output (the plain kernel's shapes: a second
+ * launch).  head_dim: a power of two in 32..KV_ROT_MAX_DIM. */
+int cuda_attention_rotated(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                           int n_tok, int max_ctx, int window, const float *q, int64_t q_stride,
+                           int n_head, float scale, float *out, int64_t out_stride,
+                           void *scratch, size_t scratch_bytes, cudaStream_t stream,
+                           strata_error *err);
 /* Lab only (bench_attention): tokens per decode chunk (multiple of 64;
  * anything else restores the default 1024).  Changes result bits; the
  * engine never calls it. */
