@@ -69,18 +69,21 @@ __device__ __forceinline__ int att_nl_level(int c)
  * codes 0-3, lv[1] codes 4-7, in code order.  The codes are prmt selectors
  * as they lie: a prmt looks up one of 8 bytes per selector nibble, once in
  * the table of levels 0-7 and once in 8-15 (bit 3 masked off: prmt would
- * read it as "replicate the sign"), and a third prmt picks, per byte, the
- * second lookup where the code's bit 3 is set (selector n + 4).  12
- * instructions for 8 levels, where picking the selectors out of the nibbles
- * one byte at a time took about 24.  The bias of 128 makes the byte the
- * mantissa of 1024 + 128 + level (the int8 trick K uses, without its xor). */
+ * read it as "replicate the sign"), and a LOP3 takes, per byte, the second
+ * lookup where the code's bit 3 is set.  That byte mask is itself a prmt in
+ * sign-replicating mode: bit 3 of an odd code is the msb of its byte of x,
+ * of an even code the msb of that byte of x << 4.  11 instructions for 8
+ * levels, where picking the selectors out of the nibbles one byte at a
+ * time took about 24.  The bias of 128 makes the byte the mantissa of
+ * 1024 + 128 + level (the int8 trick K uses, without its xor). */
 __device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
 {
     const uint32_t T0 = 0x3f2d1801u, T1 = 0x766a5d4fu; /* -127 -104 -83 -65 | -49 -35 -22 -10 */
     const uint32_t T2 = 0xa6998d81u, T3 = 0xf1d9c5b5u; /* 1 13 25 38 | 53 69 89 113 */
-    const uint32_t m = x & 0x77777777u, h = x >> 1;
-    lv[0] = prmt(prmt(T0, T1, m), prmt(T2, T3, m), (h & 0x4444u) | 0x3210u);
-    lv[1] = prmt(prmt(T0, T1, m >> 16), prmt(T2, T3, m >> 16), ((h >> 16) & 0x4444u) | 0x3210u);
+    const uint32_t m = x & 0x77777777u, x4 = x << 4;
+    const uint32_t m0 = prmt(x4, x, 0xd9c8u), m1 = prmt(x4, x, 0xfbeau); /* 0xff: bit 3 set */
+    lv[0] = (prmt(T0, T1, m) & ~m0) | (prmt(T2, T3, m) & m0);
+    lv[1] = (prmt(T0, T1, m >> 16) & ~m1) | (prmt(T2, T3, m >> 16) & m1);
 }
 
 /* D = A(16x16, row) * B(16x8, col) + D, fp16 in, fp32 accumulate. */
