@@ -400,12 +400,11 @@ START_TEST(cuda_moe_split_batch_chunk_invariance)
 }
 END_TEST
 
-/* The rotated caches on the card (k8v4r2, k8v4r), whose rotations run
- * inside the store's launch (cuda_kv_rotate_store) and the attention's
- * (cuda_attention_rotated): teacher-forced logits close to the CPU's with
- * the same cache (llama: head_dim 32, the plain attention and its separate
- * unrotation; qwen3: head_dim 64, the tensor-core kernel), and on qwen3
- * splits, chunks and the host-memory crossing change no bit. */
+/* The rotated caches on the card (k8v4r2, k8v4r), whose forward rotation
+ * runs inside the store's launch (cuda_kv_rotate_store): teacher-forced
+ * logits close to the CPU's with the same cache (llama: head_dim 32, the
+ * plain attention; qwen3: head_dim 64, the tensor-core kernel), and on
+ * qwen3 splits, chunks and the host-memory crossing change no bit. */
 static void rotated_matches_cpu(const char *path, int kv)
 {
     cpu_matmul_fast_set_q8(0);

@@ -13,9 +13,11 @@
  *            position of each --ctx, --batch sequences;
  *   layer    the whole attention part of one layer's decode step as the
  *            engine launches it (engine/cuda/forward_cuda.c): store (with the
- *            rotation of q|k|v in its launch for the rotated formats) and
- *            attention (writing its output rotated back) — what a format
- *            adds per layer;
+ *            rotation of q|k|v in its launch for the rotated formats),
+ *            attention, and for those the unrotation of its output — what a
+ *            format adds per layer; for the rotated formats also the same with
+ *            the unrotation inside the attention (cuda_attention_rotated,
+ *            column unrot-in-att);
  *   prefill  512 query tokens of one sequence ending at the last position.
  * Method as bench_attention.c: bench_graph_us over a CUDA graph of 8
  * launches (the engine replays its decode step as a graph, with the same
@@ -65,7 +67,9 @@ static const bk_format *bk_format_of(const char *name)
     return NULL;
 }
 
-enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4, BK_UNROT = 8 };
+/* BK_FUSED: the unrotation inside the attention (cuda_attention_rotated)
+ * instead of a launch of its own after it, as the engine runs it */
+enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4, BK_UNROT = 8, BK_FUSED = 16 };
 
 typedef struct bk_run {
     kv_view kv;        /* device pools; pages: (n_sets + n_seq) rows of pages_per */
@@ -95,11 +99,12 @@ static int bk_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
                                  ks, s, err);
     else if (rot)
         rc = cuda_kv_rotate(r->q, BK_NHEAD, qs, r->k, r->v, BK_NKV, ks, ks, rows, BK_HD, s, err);
-    if (!rc && (r->what & BK_ATT)) /* with the unrotation: inside the attention */
-        rc = (unrot ? cuda_attention_rotated : cuda_attention_window)(
+    const int fused = unrot && (r->what & BK_ATT) && (r->what & BK_FUSED);
+    if (!rc && (r->what & BK_ATT))
+        rc = (fused ? cuda_attention_rotated : cuda_attention_window)(
             &kv, r->pages_per, r->d_first, r->n_seq, r->n_tok, r->max_ctx, 0, r->q, qs, BK_NHEAD,
             0.08838834764831845f, r->out, qs, r->scratch, r->scratch_bytes, s, err);
-    else if (!rc && unrot)
+    if (!rc && unrot && !fused)
         rc = cuda_kv_unrotate(r->out, BK_NHEAD, qs, rows, BK_HD, s, err);
     return rc;
 }
@@ -355,8 +360,8 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
     }
 
     /* decode and the layer's attention part per context and batch */
-    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s\n", "context", "kv", "batch", "decode us",
-           "GB/s", "vs base", "layer us", "vs base");
+    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s %10s\n", "context", "kv", "batch",
+           "decode us", "GB/s", "vs base", "layer us", "vs base", "unrot-in-att");
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = ctxs[ci];
         double base_d[BENCH_ATT_MAX_LIST] = {0}, base_l[BENCH_ATT_MAX_LIST] = {0}, base_pf = 0;
@@ -373,17 +378,22 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
                 double us = bk_time(&r, BK_ATT, nseq, 1, runs, s, host_pos);
                 double lay = bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_UNROT, nseq, 1, runs, s,
                                      host_pos);
-                if (us < 0 || lay < 0)
+                double fus = f->rot ? bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_UNROT | BK_FUSED,
+                                              nseq, 1, runs, s, host_pos)
+                                    : 0;
+                if (us < 0 || lay < 0 || fus < 0)
                     goto fail;
-                char p1[24], p2[24];
+                char p1[24], p2[24], p3[24] = "";
                 bk_pct(p1, sizeof p1, us, fi ? base_d[bi] : 0);
                 bk_pct(p2, sizeof p2, lay, fi ? base_l[bi] : 0);
                 if (!fi) {
                     base_d[bi] = us;
                     base_l[bi] = lay;
                 }
-                printf("%-8d %-8s %-6d %10.1f %9.0f %9s   %10.1f %9s\n", ctx, f->name, nseq, us,
-                       kv_bytes * nseq / (us * 1e-6) / 1e9, p1, lay, p2);
+                if (f->rot)
+                    snprintf(p3, sizeof p3, "%10.1f", fus);
+                printf("%-8d %-8s %-6d %10.1f %9.0f %9s   %10.1f %9s %s\n", ctx, f->name, nseq,
+                       us, kv_bytes * nseq / (us * 1e-6) / 1e9, p1, lay, p2, p3);
             }
             if (ctx >= BK_CHUNK) {
                 double us = bk_time(&r, BK_ATT, 1, BK_CHUNK, runs, s, host_pos);
