@@ -96,8 +96,10 @@ __device__ __forceinline__ int nl_level(int c)
  * formed, and the 15 xor butterflies advance a stage at a time, so their
  * shuffles overlap instead of waiting on each other (before, 15 passes in
  * a row: 15 chains of 5 dependent shuffles).  sum(l^2) is an integer,
- * exact in any order: one warp reduction (redux) per candidate.  Same
- * operations on the same operands in the same order: the same bits. */
+ * exact in any order: one warp reduction (redux) per candidate.  Lane j
+ * then divides and scores candidate j, and a warp argmax picks the winner
+ * (15 divisions in a row before).  Same operations on the same operands in
+ * the same order: the same bits. */
 __device__ __forceinline__ float nl_search(float xv, float vmax, int lane)
 {
     const float idl = __fdiv_rn((float)((lane < 15 ? lane : 0) - 134), vmax); /* t - 127 */
@@ -115,7 +117,12 @@ __device__ __forceinline__ float nl_search(float xv, float vmax, int lane)
 #pragma unroll
         for (int j = 0; j < 15; j++)
             sqx[j] = __fadd_rn(sqx[j], __shfl_xor_sync(0xffffffffu, sqx[j], o));
-    float bestsc = -1.0f, db = 0.0f;
+    /* lane j < 15 finishes candidate j (its division and score), then the
+     * warp takes the first greatest score: the CPU's "score > best" from
+     * best = -1 in candidate order, where every score is >= 0 or NaN and a
+     * NaN is never taken (key -1; all NaN: d = 0, as there) */
+    float mx = 0.0f;
+    int mq = 1;
 #pragma unroll
     for (int j = 0; j < 15; j++) {
 #if __CUDA_ARCH__ >= 800
@@ -125,13 +132,15 @@ __device__ __forceinline__ float nl_search(float xv, float vmax, int lane)
         for (int o = 16; o > 0; o >>= 1)
             q += __shfl_xor_sync(0xffffffffu, q, o);
 #endif
-        float dt = __fdiv_rn(sqx[j], (float)q), score = __fmul_rn(dt, sqx[j]);
-        if (score > bestsc) {
-            bestsc = score;
-            db = dt;
-        }
+        mx = lane == j ? sqx[j] : mx;
+        mq = lane == j ? q : mq;
     }
-    return db;
+    const float dt = __fdiv_rn(mx, (float)mq), score = __fmul_rn(dt, mx);
+    float key = lane < 15 ? (score == score ? score : -1.0f) : -2.0f;
+    int win = lane;
+    warp_argmax(key, win);
+    const float db = __shfl_sync(0xffffffffu, dt, win);
+    return key > -1.0f ? db : 0.0f;
 }
 
 /* Index of token `pos` of kv head h in a pool with `per_tok` elements per
