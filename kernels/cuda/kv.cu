@@ -194,7 +194,14 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
     if (kv.type == KV_K8V4NL) {
         /* IQ4_NL levels, searched scale (cpu_quant_v4nl); zero or Inf
          * extreme: d = 0 and every code 8, as there */
-        float db = best > 0.0f && best <= 3.0e38f ? nl_search(xv, vmax, lane) : 0.0f;
+        /* The search runs on every block, its result dropped for a zero or
+         * Inf extreme (where its arithmetic is harmless garbage): called
+         * under that condition, which the compiler cannot prove the same
+         * for the whole warp, each of its ~120 shuffles became a WARPSYNC
+         * loop (seen in the SASS). */
+        float db = nl_search(xv, vmax, lane);
+        if (!(best > 0.0f && best <= 3.0e38f))
+            db = 0.0f;
         uint16_t dh = f2h_bits(db);
         dv = __half2float(__ushort_as_half(dh));
         float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
