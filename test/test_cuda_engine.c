@@ -60,11 +60,14 @@ static strata_engine *open_kv(const char *path, int backend, const char *split, 
     return test_open(&p);
 }
 
+/* The cache the split, batch and chunk checks below run: the default, or
+ * a rotated one (cuda_rotated_caches). */
+static int on_kv = STRATA_KV_DEFAULT;
+
 static strata_engine *open_on(const char *path, int backend, const char *split, int slots,
                               int chunk)
 {
-    /* the default cache: the split, batch and chunk checks below run it */
-    return open_kv(path, backend, split, slots, chunk, STRATA_KV_DEFAULT);
+    return open_kv(path, backend, split, slots, chunk, on_kv);
 }
 
 static void prompt_ids(int32_t *ids, int n, int vocab, uint64_t seed)
@@ -397,6 +400,55 @@ START_TEST(cuda_moe_split_batch_chunk_invariance)
 }
 END_TEST
 
+/* The rotated caches on the card (k8v4r2, k8v4r), whose forward rotation
+ * runs inside the store's launch (cuda_kv_rotate_store): teacher-forced
+ * logits close to the CPU's with the same cache (llama: head_dim 32, the
+ * plain attention; qwen3: head_dim 64, the tensor-core kernel), and on
+ * qwen3 splits, chunks and the host-memory crossing change no bit. */
+static void rotated_matches_cpu(const char *path, int kv)
+{
+    cpu_matmul_fast_set_q8(0);
+    strata_engine *cpu = open_kv(path, STRATA_BACKEND_CPU, NULL, 1, 256, kv);
+    strata_engine *gpu = open_kv(path, STRATA_BACKEND_CUDA, NULL, 1, 256, kv);
+    ck_assert_int_eq(strata_kv_type(gpu), kv);
+    int V = strata_n_vocab(cpu), n = 32;
+    int32_t ids[32];
+    prompt_ids(ids, n, V, 5);
+    float *lc = all_logits(cpu, ids, n), *lg = all_logits(gpu, ids, n);
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        double err = rel(lg + (size_t)r * V, lc + (size_t)r * V, V);
+        worst = err > worst ? err : worst;
+        ck_assert_msg(err < TF_TOL, "%s kv %s: position %d: relative error %.3g > %.3g", path,
+                      strata_kv_name(kv), r, err, TF_TOL);
+    }
+    printf("  %s: teacher-forced (%s) worst relative error %.3g over %d positions\n", path,
+           strata_kv_name(kv), worst, n);
+    free(lc);
+    free(lg);
+    strata_close(cpu);
+    strata_close(gpu);
+}
+
+START_TEST(cuda_rotated_caches)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --type iq3_xxs", LLAMA);
+    const char *llama = mkmodel("llama-iq3", a);
+    snprintf(a, sizeof a, "%s --type iq3_xxs", QWEN3);
+    const char *qwen3 = mkmodel("qwen3-inv", a);
+    const int kvs[2] = {STRATA_KV_K8V4R2, STRATA_KV_K8V4R};
+    for (int k = 0; k < 2; k++) {
+        rotated_matches_cpu(llama, kvs[k]);
+        rotated_matches_cpu(qwen3, kvs[k]);
+    }
+    on_kv = STRATA_KV_K8V4R2;
+    gpu_invariance(qwen3, 6);
+    on_kv = STRATA_KV_DEFAULT;
+}
+END_TEST
+
 /* The fused launches (STRATA_DECODE_FUSE, doc/cuda-kernels.md "Fewer
  * launches per decode layer") change no bit: a prompt in chunks of 5 (the
  * matvec path: rows <= 8) and of 256 (the prompt kernels), greedy decode
@@ -532,6 +584,7 @@ static Suite *cuda_engine_suite(void)
     tcase_add_test(tc, cuda_qwen3_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_moe_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_decode_fuse_changes_no_bit);
+    tcase_add_test(tc, cuda_rotated_caches);
     suite_add_tcase(s, tc);
     return s;
 }

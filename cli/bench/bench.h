@@ -50,6 +50,12 @@ int bench_quant(int argc, char **argv);
 int bench_kernels(int argc, char **argv);
 /* --kernels, --attention: attention over the k8v4 cache (bench_attention.c) */
 int bench_attention(int argc, char **argv);
+/* --attention --kv F1,F2,..: each KV format's store, rotation, decode and
+ * prefill per context and batch, against the first (bench_attention_kv.c);
+ * names among k8v4, k8v4r, k8v4r2, f16; lists of at most BENCH_ATT_MAX_LIST */
+#define BENCH_ATT_MAX_LIST 8
+int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx,
+                       const int *batches, int n_batch, int runs);
 /* --clients: concurrent clients through the scheduler (bench_clients.c) */
 int bench_clients(int argc, char **argv);
 /* --conversations: parked conversations coming back (bench_conversations.c) */

@@ -4,6 +4,8 @@
  * Called by cmd_bench as bench_attention(argc, argv); options:
  *   --runs N        timed runs per figure (default 21, at least 15)
  *   --quick         contexts 4K and 32K only
+ *   --kv F1,F2,..   per KV format, the pieces of a decode step against the
+ *                   first format (bench_attention_kv.c); with --ctx and --batch
  * Shapes are those of ggml's reference figures (doc/BENCHMARKS.md): head_dim
  * 128, 8 kv heads, 4 query heads per kv head (32 heads), one sequence.  For each context:
  *   decode   one query token at the last position (flash-decoding split);
@@ -26,12 +28,65 @@ int bench_attention(int argc, char **argv);
 
 void bench_attention_usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench --attention [--runs N] [--quick]\n\n"
+    fprintf(f, "usage: strata-cli bench --attention [--runs N] [--quick]\n"
+               "       strata-cli bench --attention --kv k8v4,k8v4r2 [--ctx 4096,8192,32768]\n"
+               "                        [--batch 1,8] [--runs N]\n\n"
                "Paged flash attention over the k8v4 cache on the card: decode and prefill\n"
                "times per context against the bytes read and ggml's figures.  Needs a CUDA\n"
-               "build and a card.\n\n"
+               "build and a card.  With --kv: per KV format, the K/V store (one token per\n"
+               "sequence, a 512-token chunk), the rotation of the rotated formats, decode\n"
+               "per context and batch, the layer's whole attention part (rotate, store,\n"
+               "attention, unrotate) and a 512-token prefill, each against the first format.\n\n"
                "  --runs N                timed runs per figure, 15..101 (default 21)\n"
-               "  --quick                 contexts 4K and 32K only\n");
+               "  --quick                 contexts 4K and 32K only\n"
+               "  --kv LIST               formats among k8v4, k8v4r, k8v4r2, f16 (at most 8)\n"
+               "  --ctx LIST              with --kv: contexts, multiples of 512 in 512..131072\n"
+               "                          (default 4096,8192,32768)\n"
+               "  --batch LIST            with --kv: sequences per decode, 1..64 (default 1)\n");
+}
+
+/* A comma list for --kv (names) or --ctx/--batch (integers in lo..hi, a
+ * multiple of `mult`) into out[BENCH_ATT_MAX_LIST]; the count, or -1 with a
+ * message.  buf keeps the names' text. */
+static int ba_list(const char *opt, const char *v, char *buf, size_t buf_n, char **names,
+                   int *ints, long lo, long hi, long mult)
+{
+    if (!v || !*v || strlen(v) >= buf_n) {
+        fprintf(stderr, "strata-cli bench --attention: %s needs a list\n", opt);
+        return -1;
+    }
+    strcpy(buf, v);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == BENCH_ATT_MAX_LIST) {
+            fprintf(stderr, "strata-cli bench --attention: %s: more than %d items\n", opt,
+                    BENCH_ATT_MAX_LIST);
+            return -1;
+        }
+        if (names) {
+            if (strcmp(t, "k8v4") && strcmp(t, "k8v4r") && strcmp(t, "k8v4r2") && strcmp(t, "f16")) {
+                fprintf(stderr, "strata-cli bench --attention: --kv '%s': expected k8v4, k8v4r, "
+                                "k8v4r2 or f16\n", t);
+                return -1;
+            }
+            names[n++] = t;
+            continue;
+        }
+        long x;
+        if (bench_int("--attention", opt, t, lo, hi, &x))
+            return -1;
+        if (x % mult) {
+            fprintf(stderr, "strata-cli bench --attention: %s %ld is not a multiple of %ld\n", opt,
+                    x, mult);
+            return -1;
+        }
+        ints[n++] = (int)x;
+    }
+    if (!n) {
+        fprintf(stderr, "strata-cli bench --attention: %s needs a list\n", opt);
+        return -1;
+    }
+    return n;
 }
 
 #ifndef STRATA_CUDA
@@ -40,6 +95,7 @@ int bench_attention(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
+    (void)ba_list;
     fprintf(stderr, "bench_attention: built without CUDA (nvcc not found or CUDA=0)\n");
     return 1;
 }
@@ -163,6 +219,10 @@ int bench_attention(int argc, char **argv)
 {
     int runs = 21, quick = 0;
     int via_kernels = 0; /* run by --kernels, after the weight kernels */
+    static char kv_buf[256];
+    char *kv_names[BENCH_ATT_MAX_LIST] = {"k8v4"};
+    int kv_ctx[BENCH_ATT_MAX_LIST] = {4096, 8192, 32768}, kv_batch[BENCH_ATT_MAX_LIST] = {1};
+    int n_kv = 1, n_kv_ctx = 3, n_kv_batch = 1, kv_mode = 0;
     for (int i = 1; i < argc; i++)
         via_kernels |= !strcmp(argv[i], "--kernels");
     for (int i = 1; i < argc; i++) {
@@ -172,6 +232,24 @@ int bench_attention(int argc, char **argv)
             runs = atoi(argv[++i]);
         else if (!strcmp(a, "--quick"))
             quick = 1;
+        else if (!via_kernels && !strcmp(a, "--kv")) {
+            if ((n_kv = ba_list(a, i + 1 < argc ? argv[++i] : NULL, kv_buf, sizeof kv_buf,
+                                kv_names, NULL, 0, 0, 1)) < 0)
+                return 2;
+            kv_mode = 1;
+        } else if (!via_kernels && !strcmp(a, "--ctx")) {
+            char buf[256];
+            if ((n_kv_ctx = ba_list(a, i + 1 < argc ? argv[++i] : NULL, buf, sizeof buf, NULL,
+                                    kv_ctx, 512, 131072, 512)) < 0)
+                return 2;
+            kv_mode = 1;
+        } else if (!via_kernels && !strcmp(a, "--batch")) {
+            char buf[256];
+            if ((n_kv_batch = ba_list(a, i + 1 < argc ? argv[++i] : NULL, buf, sizeof buf, NULL,
+                                      kv_batch, 1, 64, 1)) < 0)
+                return 2;
+            kv_mode = 1;
+        }
         else if (via_kernels && kernels_opt && i + 1 < argc)
             i++; /* the weight kernels' options, parsed there */
         else if (strcmp(a, "--attention") && strcmp(a, "--kernels") &&
@@ -185,6 +263,8 @@ int bench_attention(int argc, char **argv)
         runs = 15;
     if (runs > BA_MAX_RUNS)
         runs = BA_MAX_RUNS;
+    if (kv_mode)
+        return bench_attention_kv(kv_names, n_kv, kv_ctx, n_kv_ctx, kv_batch, n_kv_batch, runs);
 
     int rc = 1;
     cudaStream_t s = NULL;

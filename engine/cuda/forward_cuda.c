@@ -165,19 +165,26 @@ static void attention_block(srun *r, int il)
         keep(r, cuda_rope_qk(q, hp->n_head, qs, k, hp->n_head_kv, ks, n, hp->head_dim, tok_pos,
                              &rp, cs->compute, err_of(r)));
     }
-    /* k8v4r: q, k and v rotated head by head before K and V are quantized
-     * (the attention's output is rotated back below), as cpu_kv_rotate. */
-    if (rot)
-        keep(r, cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim,
-                               cs->compute, err_of(r)));
     /* Every row's K/V is stored first; a row at position p then reads
-     * positions 0..p, which is the causal mask within a chunk. */
-    keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
-                          cs->compute, err_of(r)));
+     * positions 0..p, which is the causal mask within a chunk.  k8v4r: q, k
+     * and v rotated head by head before K and V are quantized (the
+     * attention's output is rotated back below), as cpu_kv_rotate, in the
+     * store's launch (one launch fewer: 2.1 us against 1.4 + 2.0 on the
+     * H200). */
+    if (rot)
+        keep(r, cuda_kv_rotate_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, q,
+                                     hp->n_head, qs, k, ks, v, vs, cs->compute, err_of(r)));
+    else
+        keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
+                              cs->compute, err_of(r)));
     keep(r, cuda_attention_window(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx,
                                   window, q, qs, hp->n_head, hp->attn_scale, cs->att, dq,
                                   cs->att_scratch, cs->att_scratch_bytes, cs->compute,
                                   err_of(r)));
+    /* k8v4r: the output rotated back (cpu_kv_unrotate), a launch of its own:
+     * on the H200 the attention doing it in its last block
+     * (cuda_attention_rotated) cost ~3 us a layer at batch 1 against this
+     * launch's ~1.4 (doc/cuda-attention.md, "What k8v4r2 costs") */
     if (rot)
         keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
                                  err_of(r)));

@@ -76,6 +76,7 @@
  * attention_mma.cuh. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -152,6 +153,46 @@ __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a
     float *orow = a.out + row * a.out_stride + (int64_t)head * hd;
     for (int j = 0; j < dpl; j++)
         orow[lane + 32 * j] = acc[j] / l;
+}
+
+/* The rotated caches' output, R^T (O / l) per column, as cuda_kv_unrotate
+ * computes it from cuda_attention's output, bit for bit: the same division,
+ * then the Walsh-Hadamard butterflies of each column's HD floats in shared
+ * memory (in place in `to`), the CPU's adds and subtracts on the same pairs
+ * (j, j + len) stage by stage, then the product by the scale and the sign
+ * flips.  A few barriers at the end of the last block, where the separate
+ * launch cost a launch per layer.  Columns are independent: an invalid
+ * column's garbage (l may be 0) stays in its own column and is not written. */
+template <int HD, int NT>
+__device__ void att_unrotate_out(const att_args &a, att_smem<HD, NT> &sm, float *to, int seq,
+                                 int tile, int kvh, int n_q)
+{
+    constexpr int NC = 8 * NT;
+    const int tid = threadIdx.x, G = a.group;
+    for (int e = tid; e < NC * HD; e += ATT_WARPS * 32)
+        to[e] = __fdiv_rn(to[e], sm.tot_l[e / HD]);
+    __syncthreads();
+    for (int len = 1; len < HD; len <<= 1) {
+        for (int p = tid; p < NC * HD / 2; p += ATT_WARPS * 32) {
+            const int col = p / (HD / 2), j = p % (HD / 2);
+            const int lo = col * HD + (j / len) * 2 * len + j % len;
+            const float x = to[lo], y = to[lo + len];
+            to[lo] = __fadd_rn(x, y);
+            to[lo + len] = __fsub_rn(x, y);
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < NC * HD; e += ATT_WARPS * 32) {
+        int col = e / HD, d = e % HD;
+        if (col < n_q * G) {
+            int qi = col / G, gh = col % G;
+            float x = __fmul_rn(to[e], a.rot_scale);
+            if ((a.rs.w[d >> 6] >> (d & 63)) & 1)
+                x = -x;
+            a.out[((int64_t)seq * a.n_tok + tile * a.tpt + qi) * a.out_stride +
+                  (int64_t)(kvh * G + gh) * HD + d] = x;
+        }
+    }
 }
 
 /* ==== the fast kernel ====================================================== */
@@ -289,6 +330,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 3) attn_mma_kernel(att_args a)
         }
     }
 
+    if (a.unrot) { /* k8v4r, k8v4r2: out = R^T (O / l), without a launch of its own */
+        att_unrotate_out<HD, NT>(a, sm, to, seq, tile, kvh, n_q);
+        return;
+    }
     /* out = O / l for the valid columns. */
     for (int e = tid; e < NC * HD; e += ATT_WARPS * 32) {
         int col = e / HD;
@@ -432,6 +477,9 @@ static att_args att_make(const kv_view *kv, int page_stride, const int32_t *d_po
     a.max_supers = 1;
     a.part = a.spart = NULL;
     a.tick1 = a.tick2 = NULL;
+    a.unrot = 0;
+    a.rot_scale = 1.0f;
+    memset(&a.rs, 0, sizeof a.rs);
     return a;
 }
 
@@ -480,25 +528,37 @@ extern "C" int cuda_attention(const kv_view *kv, int page_stride, const int32_t 
  * wholly before every column's window still run (all masked), which costs
  * time at long contexts but keeps the chunk grid and the fold tree, hence
  * the invariance, exactly as without a window. */
-extern "C" int cuda_attention_window(const kv_view *kv, int page_stride, const int32_t *d_pos,
-                                     int n_seq, int n_tok, int max_ctx, int window,
-                                     const float *q, int64_t q_stride, int n_head, float scale,
-                                     float *out, int64_t out_stride, void *scratch,
-                                     size_t scratch_bytes, cudaStream_t stream,
-                                     strata_error *err)
+static int att_window(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                      int n_tok, int max_ctx, int window, const float *q, int64_t q_stride,
+                      int n_head, float scale, float *out, int64_t out_stride, void *scratch,
+                      size_t scratch_bytes, int unrot, cudaStream_t stream, strata_error *err)
 {
     if (n_seq <= 0 || n_tok <= 0)
         return 0;
     int rc = att_check(kv, n_head, "cuda_attention", err);
     if (rc)
         return rc;
+    if (unrot && !kv_rot_supported(kv->head_dim))
+        return strata_err(err, STRATA_E_ARG,
+                          "cuda_attention_rotated: head_dim %d is not a power of two in 32..%d",
+                          kv->head_dim, KV_ROT_MAX_DIM);
     int group = n_head / kv->n_kv_head;
-    if (!att_fast_ok(kv, group))
-        return cuda_attention_plain_window(kv, page_stride, d_pos, n_seq, n_tok, window, q,
-                                           q_stride, n_head, scale, out, out_stride, stream, err);
+    if (!att_fast_ok(kv, group)) {
+        rc = cuda_attention_plain_window(kv, page_stride, d_pos, n_seq, n_tok, window, q,
+                                         q_stride, n_head, scale, out, out_stride, stream, err);
+        if (!rc && unrot)
+            rc = cuda_kv_unrotate(out, n_head, out_stride, n_seq * n_tok, kv->head_dim, stream,
+                                  err);
+        return rc;
+    }
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
     a.window = window > 0 ? window : 0;
+    if (unrot) {
+        a.unrot = 1;
+        a.rot_scale = kv_rot_scale(kv->head_dim);
+        a.rs = rot_signs_make();
+    }
     int nt = att_nt(kv->head_dim, n_tok);
     bool split = n_tok == 1 && max_ctx > att_chunk_tokens;
     dim3 grid;
@@ -528,4 +588,26 @@ extern "C" int cuda_attention_window(const kv_view *kv, int page_stride, const i
                                             : att_launch_kt<KV_F16>(a, grid, split, nt, stream));
     CUDA_CHECK_LAUNCH(err, "attn_mma");
     return 0;
+}
+
+extern "C" int cuda_attention_window(const kv_view *kv, int page_stride, const int32_t *d_pos,
+                                     int n_seq, int n_tok, int max_ctx, int window,
+                                     const float *q, int64_t q_stride, int n_head, float scale,
+                                     float *out, int64_t out_stride, void *scratch,
+                                     size_t scratch_bytes, cudaStream_t stream,
+                                     strata_error *err)
+{
+    return att_window(kv, page_stride, d_pos, n_seq, n_tok, max_ctx, window, q, q_stride, n_head,
+                      scale, out, out_stride, scratch, scratch_bytes, 0, stream, err);
+}
+
+extern "C" int cuda_attention_rotated(const kv_view *kv, int page_stride, const int32_t *d_pos,
+                                      int n_seq, int n_tok, int max_ctx, int window,
+                                      const float *q, int64_t q_stride, int n_head, float scale,
+                                      float *out, int64_t out_stride, void *scratch,
+                                      size_t scratch_bytes, cudaStream_t stream,
+                                      strata_error *err)
+{
+    return att_window(kv, page_stride, d_pos, n_seq, n_tok, max_ctx, window, q, q_stride, n_head,
+                      scale, out, out_stride, scratch, scratch_bytes, 1, stream, err);
 }

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/rotate.cuh"
 
 /* ---- small device helpers ------------------------------------------------ */
 
@@ -63,18 +64,26 @@ __device__ __forceinline__ int att_nl_level(int c)
     return lv[c];
 }
 
-/* Four 4-bit codes, one in the low nibble of each byte of x, to their four
- * IQ4_NL levels as int8 bytes: prmt looks up 8 bytes at a time (3 bits of
- * a selector nibble), once in levels 0-7 and once in 8-15, and bit 3 of
- * each code picks between the two. */
-__device__ __forceinline__ uint32_t att_nl_bytes(uint32_t x)
+/* Eight 4-bit codes packed as a V word (byte j: codes 2j, 2j+1 in its low
+ * and high nibble) to their IQ4_NL levels plus 128, as bytes: lv[0] holds
+ * codes 0-3, lv[1] codes 4-7, in code order.  The codes are prmt selectors
+ * as they lie: a prmt looks up one of 8 bytes per selector nibble, once in
+ * the table of levels 0-7 and once in 8-15 (bit 3 masked off: prmt would
+ * read it as "replicate the sign"), and a LOP3 takes, per byte, the second
+ * lookup where the code's bit 3 is set.  That byte mask is itself a prmt in
+ * sign-replicating mode: bit 3 of an odd code is the msb of its byte of x,
+ * of an even code the msb of that byte of x << 4.  11 instructions for 8
+ * levels, where picking the selectors out of the nibbles one byte at a
+ * time took about 24.  The bias of 128 makes the byte the mantissa of
+ * 1024 + 128 + level (the int8 trick K uses, without its xor). */
+__device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
 {
-    const uint32_t s = x & 0x07070707u, t = s | (s >> 4);
-    const uint32_t sel = (t & 0xffu) | ((t >> 8) & 0xff00u);
-    const uint32_t lo = prmt(0xbfad9881u, 0xf6eaddcfu, sel); /* -127 -104 -83 -65 | -49 .. -10 */
-    const uint32_t hi = prmt(0x26190d01u, 0x71594535u, sel); /* 1 13 25 38 | 53 69 89 113 */
-    const uint32_t m = ((x >> 3) & 0x01010101u) * 0xffu;
-    return (lo & ~m) | (hi & m);
+    const uint32_t T0 = 0x3f2d1801u, T1 = 0x766a5d4fu; /* -127 -104 -83 -65 | -49 -35 -22 -10 */
+    const uint32_t T2 = 0xa6998d81u, T3 = 0xf1d9c5b5u; /* 1 13 25 38 | 53 69 89 113 */
+    const uint32_t m = x & 0x77777777u, x4 = x << 4;
+    const uint32_t m0 = prmt(x4, x, 0xd9c8u), m1 = prmt(x4, x, 0xfbeau); /* 0xff: bit 3 set */
+    lv[0] = (prmt(T0, T1, m) & ~m0) | (prmt(T2, T3, m) & m0);
+    lv[1] = (prmt(T0, T1, m >> 16) & ~m1) | (prmt(T2, T3, m >> 16) & m1);
 }
 
 /* D = A(16x16, row) * B(16x8, col) + D, fp16 in, fp32 accumulate. */
@@ -122,6 +131,9 @@ typedef struct att_args {
     float *spart;          /* split: super-chunk partials [..][max_supers] */
     unsigned *tick1;       /* split: tickets per super-chunk, zero at rest */
     unsigned *tick2;       /* split: tickets per (sequence, kv head) */
+    int unrot;             /* 1: out = R^T of the result (cuda_attention_rotated) */
+    float rot_scale;       /* kv_rot_scale(head_dim) */
+    rot_signs rs;          /* the rotation's sign pattern */
 } att_args;
 
 /* Row index of token `pos` of kv head h in sequence `seq`'s pages:
@@ -378,27 +390,39 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
             dv[q] = t < t_end ? st.dv[q] : 0u;
         }
         uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
+        uint32_t nl[4][2]; /* k8v4nl: level bytes of the current word, per token */
+        (void)nl;
 #pragma unroll
         for (int i = 0; i < HD / 16; i++) {
             const int w = i / 4, bs = i % 4;
-            const uint32_t sel = bs | (bs << 4) | ((bs + 4) << 8) | ((bs + 4) << 12);
-            uint32_t dab = prmt(st.v[0][w], st.v[1][w], sel);
-            uint32_t dcd = prmt(st.v[2][w], st.v[3][w], sel);
             uint32_t A[4];
             if constexpr (KT == KV_K8V4NL) {
-                /* bytes: lo(a), hi(a), lo(b), hi(b) nibble codes -> levels;
-                 * then int8 -> fp16 as K's (x ^ 0x80 into 1024 + x, - 1152) */
-                uint32_t la = att_nl_bytes((dab & 0x000f000fu) | ((dab >> 4) & 0x0f000f00u)) ^ 0x80808080u;
-                uint32_t lc = att_nl_bytes((dcd & 0x000f000fu) | ((dcd >> 4) & 0x0f000f00u)) ^ 0x80808080u;
-                A[0] = h2mul(h2sub(prmt(la, 0x64646464u, 0x4240u), H2_1152), dvab);
-                A[1] = h2mul(h2sub(prmt(la, 0x64646464u, 0x4341u), H2_1152), dvab);
-                A[2] = h2mul(h2sub(prmt(lc, 0x64646464u, 0x4240u), H2_1152), dvcd);
-                A[3] = h2mul(h2sub(prmt(lc, 0x64646464u, 0x4341u), H2_1152), dvcd);
+                /* the four tokens' level bytes of word w, looked up once per
+                 * word (at bs 0); byte bs of the word is codes 2bs (row g)
+                 * and 2bs+1 (row g+8): bytes p, p+1 of half bs/2 */
+                if (bs == 0) {
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        att_nl_word(st.v[q][w], nl[q]);
+                }
+                const int hf = bs >> 1, p = 2 * (bs & 1);
+                const uint32_t psel = p | ((p + 4) << 4) | ((p + 1) << 8) | ((p + 5) << 12);
+                /* [a row g, b row g, a row g+8, b row g+8], then each pair
+                 * into fp16 mantissas: 1024 + 128 + level, minus 1152 */
+                uint32_t pab = prmt(nl[0][hf], nl[1][hf], psel);
+                uint32_t pcd = prmt(nl[2][hf], nl[3][hf], psel);
+                A[0] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4140u), H2_1152), dvab);
+                A[1] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4342u), H2_1152), dvab);
+                A[2] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4140u), H2_1152), dvcd);
+                A[3] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4342u), H2_1152), dvcd);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
                     mma16816(ws.o[i][nt], A, pb[nt][0], pb[nt][1]);
                 continue;
             }
+            const uint32_t sel = bs | (bs << 4) | ((bs + 4) << 8) | ((bs + 4) << 12);
+            uint32_t dab = prmt(st.v[0][w], st.v[1][w], sel);
+            uint32_t dcd = prmt(st.v[2][w], st.v[3][w], sel);
             A[0] = h2mul(h2sub((dab & 0x000f000fu) | 0x64006400u, H2_1032), dvab);
             A[1] = h2mul(h2fma((dab & 0x00f000f0u) | 0x64006400u, H2_1_16, H2_M72), dvab);
             A[2] = h2mul(h2sub((dcd & 0x000f000fu) | 0x64006400u, H2_1032), dvcd);

@@ -259,6 +259,13 @@ int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v
                    cudaStream_t stream, strata_error *err);
 int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                      cudaStream_t stream, strata_error *err);
+/* cuda_kv_rotate(q, k, v) then cuda_kv_store(kv, k, v) in one launch, with
+ * the same bits in q, k, v and the pool: the k8v4r/k8v4r2 append of a
+ * decode step or chunk (n_seq sequences of n_tok rows, d_pos per row). */
+int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
+                         const int32_t *d_pos, float *q, int n_q_heads, int64_t q_stride,
+                         float *k, int64_t k_stride, float *v, int64_t v_stride,
+                         cudaStream_t stream, strata_error *err);
 
 /* Attention over the paged cache (k8v4, k8v4nl or f16), twin of cpu_attention.
  * Sequence b (< n_seq) has n_tok query tokens at positions d_pos[b] + i
@@ -299,6 +306,15 @@ int cuda_attention_plain_window(const kv_view *kv, int page_stride, const int32_
                                 int n_seq, int n_tok, int window, const float *q,
                                 int64_t q_stride, int n_head, float scale, float *out,
                                 int64_t out_stride, cudaStream_t stream, strata_error *err);
+/* k8v4r, k8v4r2: cuda_attention_window then cuda_kv_unrotate of out (n_head
+ * heads per row), the same bits, the unrotation done by the attention
+ * kernel as it writes its output (the plain kernel's shapes: a second
+ * launch).  head_dim: a power of two in 32..KV_ROT_MAX_DIM. */
+int cuda_attention_rotated(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
+                           int n_tok, int max_ctx, int window, const float *q, int64_t q_stride,
+                           int n_head, float scale, float *out, int64_t out_stride,
+                           void *scratch, size_t scratch_bytes, cudaStream_t stream,
+                           strata_error *err);
 /* Lab only (bench_attention): tokens per decode chunk (multiple of 64;
  * anything else restores the default 1024).  Changes result bits; the
  * engine never calls it. */

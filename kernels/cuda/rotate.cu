@@ -11,11 +11,11 @@
  * (head_dim threads, a power of two <= 512).  The butterflies of distance
  * < 32 are warp shuffles; the longer ones go through shared memory.  Before
  * attention one launch rotates q, k and v together (grid.x covers q's heads
- * then k's then v's); after it one launch rotates the output back.  A
- * separate launch rather than fused into cuda_kv_store: that kernel works
- * on 32-element blocks, one warp each, while the transform needs the whole
- * head vector, and the query needs rotating too.  A token's q|k|v is a few
- * KiB: both launches are latency-bound, like rope. */
+ * then k's then v's); after it one launch rotates the output back.  The
+ * engine fuses the first with the store (cuda_kv_rotate_store, kv.cu: the
+ * same block per vector, whose warps then quantize their 32-element
+ * blocks); the transform itself is rotate.cuh's, shared by both.  A
+ * token's q|k|v is a few KiB: the launches are latency-bound, like rope. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -23,8 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
-
-#define ROT_WORDS (KV_ROT_MAX_DIM / 64)
+#include "kernels/cuda/rotate.cuh"
 
 /* Up to three tensors' rows: n_tok rows `stride` floats apart, each with
  * n_heads vectors of head_dim at its start (x NULL: absent). */
@@ -33,10 +32,6 @@ typedef struct rot_rows {
     int n_heads;
     int64_t stride;
 } rot_rows;
-
-typedef struct rot_signs {
-    uint64_t w[ROT_WORDS];
-} rot_signs;
 
 __global__ void __launch_bounds__(KV_ROT_MAX_DIM)
 rotate_kernel(rot_rows t0, rot_rows t1, rot_rows t2, int head_dim, int inverse, float scale,
@@ -57,25 +52,7 @@ rotate_kernel(rot_rows t0, rot_rows t1, rot_rows t2, int head_dim, int inverse, 
     }
     const int i = threadIdx.x;
     float *p = r->x + (int64_t)blockIdx.y * r->stride + (int64_t)h * head_dim + i;
-    const int neg = (int)((s.w[i >> 6] >> (i & 63)) & 1);
-    float x = *p;
-    if (!inverse && neg)
-        x = -x;
-    for (int len = 1; len < head_dim && len < 32; len <<= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, x, len);
-        x = (i & len) ? __fsub_rn(o, x) : __fadd_rn(x, o);
-    }
-    for (int len = 32; len < head_dim; len <<= 1) {
-        sh[i] = x;
-        __syncthreads();
-        float o = sh[i ^ len];
-        __syncthreads();
-        x = (i & len) ? __fsub_rn(o, x) : __fadd_rn(x, o);
-    }
-    x = __fmul_rn(x, scale);
-    if (inverse && neg)
-        x = -x;
-    *p = x;
+    *p = rot_vec(*p, i, head_dim, inverse, scale, s, sh);
 }
 
 static int rot_launch(const char *who, rot_rows t0, rot_rows t1, rot_rows t2, int n_tok,
@@ -96,9 +73,7 @@ static int rot_launch(const char *who, rot_rows t0, rot_rows t1, rot_rows t2, in
     }
     if (n_tok <= 0 || heads <= 0)
         return 0;
-    rot_signs s;
-    for (int k = 0; k < ROT_WORDS; k++)
-        s.w[k] = kv_rot_sign_word(k);
+    rot_signs s = rot_signs_make();
     CUDA_CHECK(err, pdl_launch(rotate_kernel, dim3(heads, n_tok), dim3(head_dim), 0, stream, t0,
                                t1, t2, head_dim, inverse, kv_rot_scale(head_dim), s));
     return 0;
