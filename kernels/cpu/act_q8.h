@@ -22,7 +22,20 @@
  * odd sub-blocks apart), plus the s terms summed apart: the same
  * operations whatever n or the thread, so the invariance rule holds.  The
  * scalar, AVX2 and AVX512-VNNI twins do the same operations in the same
- * order and agree bit for bit (dot_q8_tile_avx2.c). */
+ * order and agree bit for bit (dot_q8_tile_avx2.c).
+ *
+ * Sixteen-bit activations (act_q16_quantize, the q16 kernels): the same
+ * blocks with a second byte per value, x ~ d (256 q + lo), so a code has
+ * 2^-8 of the int8 step.  q is the int8 code of the recipe above; lo the
+ * rounded remainder nearbyint(256 (x / d8 - q)), d8 = max|x| / 127,
+ * clamped to +-127 (so the sign trick of the signed types cannot
+ * overflow); d = d8 / 256 and s = d * sum(256 q + lo).  A kernel dots the
+ * weight sub-block with q and with lo in integers (the same maddubs or
+ * dpbusd, twice) and joins them as 256 * dot(q) + dot(lo), exact in int32
+ * (at most 2^29 with Q6_K's scales); the rest is the int8 kernel's.  Int8
+ * activations move a 135M model's logits by ~1e-2 relative, enough to flip
+ * its greedy answers; 16 bits leave them where float activations do
+ * (doc/cpu.md). */
 #ifndef STRATA_ACT_Q8_H
 #define STRATA_ACT_Q8_H
 
@@ -33,11 +46,15 @@ typedef struct act_q8 {
     float d;       /* scale */
     float s;       /* d * sum(q) */
     int8_t q[32];
+    int8_t lo[32]; /* the second byte of the 16-bit codes (act_q16_quantize only) */
 } act_q8;
 
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
 void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
+/* The 16-bit codes (q and lo, d and s of 256 q + lo) into the same blocks. */
+void act_q16_quantize(const float *x, int64_t cols, act_q8 *xq);
+void act_q16_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
 
 typedef void (*q8_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
                            const act_q8 *x, int64_t n, float *y, int64_t ystride);
@@ -50,14 +67,24 @@ q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
  * 256-bit registers): the same bits as q8_rows_avx2; call only where
  * fast_cpu_vnni_ok().  Functions compiled for it are named *_avx512. */
 q8_rows_fn q8_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* The kernels of the 16-bit codes (the same types; the same fn type, x
+ * from act_q16_quantize*). */
+q8_rows_fn q16_rows_scalar(int type); /* dot_q8_scalar.c */
+q8_rows_fn q16_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
+q8_rows_fn q16_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
 /* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
 int fast_cpu_vnni_ok(void);
 
 /* Whether cpu_matmul_fast quantizes activations (on a CPU with AVX2; the
- * plain C twins are the tests' reference): -1 the default (yes, unless
- * STRATA_MATMUL_F32=1), 0 float activations everywhere, 1 int8 where a
- * kernel exists.  Returns the setting in effect.  For tests and
- * benchmarks; call it while no matmul runs. */
+ * plain C twins are the tests' reference): -1 the default (CPU_ACT_DEFAULT
+ * unless STRATA_MATMUL_F32=1 or STRATA_MATMUL_ACT=8|16), 0 float
+ * activations everywhere, 1 int8 where a kernel exists, 2 the 16-bit
+ * codes there.  Returns the setting in effect.  For tests and benchmarks;
+ * call it while no matmul runs. */
+#define CPU_ACT_F32 0
+#define CPU_ACT_Q8 1
+#define CPU_ACT_Q16 2
+#define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
 
 #endif

@@ -34,6 +34,32 @@ void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq)
     }
 }
 
+void act_q16_quantize(const float *x, int64_t cols, act_q8 *xq)
+{
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const float t = xb[j] * id;
+            float r = nearbyintf(t);
+            r = r == r ? (r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r) : 0.0f;
+            /* t - r is exact (r is t's nearest integer, or t is out of
+             * range and r its bound); the remainder in 256ths of a step */
+            float l = nearbyintf((t - r) * 256.0f);
+            l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
+            xq[b].q[j] = (int8_t)r;
+            xq[b].lo[j] = (int8_t)l;
+            sum += 256 * xq[b].q[j] + xq[b].lo[j];
+        }
+        xq[b].d = d * (1.0f / 256.0f);
+        xq[b].s = xq[b].d * (float)sum;
+    }
+}
+
 static uint16_t ld16(const uint8_t *p)
 {
     uint16_t v;
@@ -137,9 +163,11 @@ static float hsum8(const float *a)
  * one by one: lane k of an accumulator takes codes 4k..4k+3 of a
  * sub-block (times the multiplier of their half), fused-multiply-added
  * with dw * d_x; even and odd sub-blocks have accumulators of their own
- * (two FMA chains for a single row), and so have the s terms. */
-#define DEFINE_Q8_ROWS_SCALAR(NAME)                                                         \
-    static void q8rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
+ * (two FMA chains for a single row), and so have the s terms.  With the
+ * 16-bit codes (LO, q16rows_*) a lane's integer is 256 * dot(q) + dot(lo)
+ * before the multiplier: the same integer the tiles make. */
+#define DEFINE_Q8_ROWS_SCALAR(NAME, PRE, LO)                                                \
+    static void PRE##rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
                               int64_t cols, const act_q8 *x, int64_t n, float *y,           \
                               int64_t ystride)                                              \
     {                                                                                       \
@@ -154,9 +182,13 @@ static float hsum8(const float *a)
                     blk_##NAME(row, s, &b);                                                 \
                     const float f = b.dw * xi[s].d;                                         \
                     for (int k = 0; k < 8; k++) {                                           \
-                        int p = 0;                                                          \
-                        for (int j = 4 * k; j < 4 * k + 4; j++)                             \
+                        int p = 0, pl = 0;                                                  \
+                        for (int j = 4 * k; j < 4 * k + 4; j++) {                           \
                             p += b.w[j] * xi[s].q[j];                                       \
+                            pl += LO ? b.w[j] * xi[s].lo[j] : 0;                            \
+                        }                                                                   \
+                        if (LO)                                                             \
+                            p = 256 * p + pl;                                               \
                         acc[s & 1][k] = fmaf((float)(p * b.mul[k / 4]), f, acc[s & 1][k]);  \
                     }                                                                       \
                     corr[s & 1] = fmaf(b.cw, xi[s].s, corr[s & 1]);                         \
@@ -168,12 +200,13 @@ static float hsum8(const float *a)
         }                                                                                   \
     }
 
-DEFINE_Q8_ROWS_SCALAR(q4_0)
-DEFINE_Q8_ROWS_SCALAR(q4_1)
-DEFINE_Q8_ROWS_SCALAR(q5_0)
-DEFINE_Q8_ROWS_SCALAR(q8_0)
-DEFINE_Q8_ROWS_SCALAR(q4_k)
-DEFINE_Q8_ROWS_SCALAR(q6_k)
+#define DEFINE_BOTH(NAME) DEFINE_Q8_ROWS_SCALAR(NAME, q8, 0) DEFINE_Q8_ROWS_SCALAR(NAME, q16, 1)
+DEFINE_BOTH(q4_0)
+DEFINE_BOTH(q4_1)
+DEFINE_BOTH(q5_0)
+DEFINE_BOTH(q8_0)
+DEFINE_BOTH(q4_k)
+DEFINE_BOTH(q6_k)
 
 q8_rows_fn q8_rows_scalar(int type)
 {
@@ -184,6 +217,19 @@ q8_rows_fn q8_rows_scalar(int type)
     case GGML_TYPE_Q8_0: return q8rows_q8_0;
     case GGML_TYPE_Q4_K: return q8rows_q4_k;
     case GGML_TYPE_Q6_K: return q8rows_q6_k;
+    default: return NULL;
+    }
+}
+
+q8_rows_fn q16_rows_scalar(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1;
+    case GGML_TYPE_Q5_0: return q16rows_q5_0;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k;
     default: return NULL;
     }
 }

@@ -98,12 +98,15 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 
 /* The dots of sub-block S: every activation row of the tile against every
  * decoded weight row (wv codes, wa their magnitudes, mul the multipliers). */
-#define Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                                       \
+#define Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, S, K)                                         \
     _Pragma("GCC unroll 8") for (int t = 0; t < C; t++) {                                   \
         const __m256i xv = _mm256_loadu_si256((const __m256i *)x[t * nsub + (S)].q);        \
+        const __m256i xl = LO ? _mm256_loadu_si256((const __m256i *)x[t * nsub + (S)].lo) : xv; \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
             const __m256i xr = SIGNED ? _mm256_sign_epi8(xv, wv[r]) : xv;                   \
-            const __m256i p = Q8_IDOT_##ISA(wa[r], xr, mul[r], MULQ);                       \
+            const __m256i xlr = SIGNED && LO ? _mm256_sign_epi8(xl, wv[r]) : xl;            \
+            const __m256i p = LO ? Q16_IDOT_##ISA(wa[r], xr, xlr, mul[r], MULQ)             \
+                                 : Q8_IDOT_##ISA(wa[r], xr, mul[r], MULQ);                  \
             const __m256 f = C == 1 ? _mm256_set1_ps(fs[r]) : _mm256_broadcast_ss(&fb[r][t]); \
             acc[K][r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[K][r][t]);         \
         }                                                                                   \
@@ -146,8 +149,8 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 
 /* One pass of an R x C tile (function q8t_NAME_TAG_C) over sub-blocks
  * s0..s1 of the 32-weight types; xc holds the activation scales of s0.. */
-#define DEFINE_Q8T(NAME, SIGNED, MULQ, ISA, TAG, R, C)                                      \
-    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+#define DEFINE_Q8T(NAME, SIGNED, MULQ, LO, ISA, TAG, R, C)                                  \
+    Q8_INLINE_##ISA void q8t_##NAME##_##LO##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
                                                      int64_t s1, int64_t nsub,              \
                                                      const act_q8 *x, const q8_col *xc,     \
                                                      q8_acc *st, float *y, int64_t ystride) \
@@ -155,17 +158,17 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
         Q8T_LOAD(R, C)                                                                      \
         int64_t s = s0;                                                                     \
         for (; s + 1 < s1; s += 2) {                                                        \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s + 1, 1)                              \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, s, 0)                                  \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, s + 1, 1)                              \
         }                                                                                   \
         if (s < s1) {                                                                       \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, s, 0)                                  \
         }                                                                                   \
         Q8T_STORE(R, C)                                                                     \
     }
 
 /* Sub-block S (of parity K) of a 32-weight type. */
-#define Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, S, K)                                               \
+#define Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, S, K)                                               \
     {                                                                                       \
         __m256i wv[R], wa[R], mul[R];                                                       \
         float fb[R][8], fs[R];                                                              \
@@ -175,13 +178,13 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
             wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                        \
             Q8T_FACTORS(C, r, dw, cw, S, K)                                                 \
         }                                                                                   \
-        Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                             \
+        Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, S, K)                                         \
     }
 
 /* The same for the 256-weight types: each row's super-block scales are
  * unpacked once (prep), then its 8 sub-blocks decoded with ib a constant. */
-#define DEFINE_Q8T_SB(NAME, BYTES, SIGNED, MULQ, ISA, TAG, R, C)                            \
-    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+#define DEFINE_Q8T_SB(NAME, BYTES, SIGNED, MULQ, LO, ISA, TAG, R, C)                        \
+    Q8_INLINE_##ISA void q8t_##NAME##_##LO##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
                                                      int64_t s1, int64_t nsub,              \
                                                      const act_q8 *x, const q8_col *xc,     \
                                                      q8_acc *st, float *y, int64_t ystride) \
@@ -201,7 +204,7 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
                     mul[r] = pp[r].mul[ib];                                                 \
                     Q8T_FACTORS(C, r, pp[r].dw[ib], pp[r].cw[ib], s, ib & 1)                \
                 }                                                                           \
-                Q8T_DOTS(SIGNED, MULQ, ISA, R, C, s, ib & 1)                                \
+                Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, s, ib & 1)                            \
             }                                                                               \
         }                                                                                   \
         Q8T_STORE(R, C)                                                                     \
@@ -222,14 +225,14 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
  * numbers when the body uses them) */
 #define Q8T_DEF(DEF, TAG, R, C, ...) DEF(__VA_ARGS__, TAG, R, C)
 
-#define Q8T_CALL(NAME, ISA, TAG, C)                                                         \
-    q8t_##NAME##_##TAG##_##C##_##ISA(wr, rb, s0, s1, nsub, xt, xc, &st, yt + r0, ystride)
+#define Q8T_CALL(NAME, LO, ISA, TAG, C)                                                     \
+    q8t_##NAME##_##LO##_##TAG##_##C##_##ISA(wr, rb, s0, s1, nsub, xt, xc, &st, yt + r0, ystride)
 
 /* Activation rows in tiles of 8, 4, 2, 1 (at most Q8_CMAX), the weight
  * rows in tiles of R within each, the columns in passes of Q8_CHUNK
  * sub-blocks. */
-#define DEFINE_Q8_ROWS_LOOP(NAME, ISA)                                                      \
-    Q8_FN_##ISA void q8rows_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,      \
+#define DEFINE_Q8_ROWS_LOOP(NAME, PRE, LO, ISA)                                             \
+    Q8_FN_##ISA void PRE##rows_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,      \
                                              int64_t cols, const act_q8 *x, int64_t n,      \
                                              float *y, int64_t ystride)                     \
     {                                                                                       \
@@ -256,17 +259,17 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
                         q8_cols_fill_avx2(xt, nsub, nt, s0, s1, xc);                        \
                     if (nr == R) {                                                          \
                         switch (nt) {                                                       \
-                        case 8: Q8T_CALL(NAME, ISA, full, 8); break;                             \
-                        case 4: Q8T_CALL(NAME, ISA, full, 4); break;                             \
-                        case 2: Q8T_CALL(NAME, ISA, full, 2); break;                             \
-                        default: Q8T_CALL(NAME, ISA, full, 1); break;                            \
+                        case 8: Q8T_CALL(NAME, LO, ISA, full, 8); break;                             \
+                        case 4: Q8T_CALL(NAME, LO, ISA, full, 4); break;                             \
+                        case 2: Q8T_CALL(NAME, LO, ISA, full, 2); break;                             \
+                        default: Q8T_CALL(NAME, LO, ISA, full, 1); break;                            \
                         }                                                                   \
                     } else {                                                                \
                         switch (nt) {                                                       \
-                        case 8: Q8T_CALL(NAME, ISA, one, 8); break;                              \
-                        case 4: Q8T_CALL(NAME, ISA, one, 4); break;                              \
-                        case 2: Q8T_CALL(NAME, ISA, one, 2); break;                              \
-                        default: Q8T_CALL(NAME, ISA, one, 1); break;                             \
+                        case 8: Q8T_CALL(NAME, LO, ISA, one, 8); break;                              \
+                        case 4: Q8T_CALL(NAME, LO, ISA, one, 4); break;                              \
+                        case 2: Q8T_CALL(NAME, LO, ISA, one, 2); break;                              \
+                        default: Q8T_CALL(NAME, LO, ISA, one, 1); break;                             \
                         }                                                                   \
                     }                                                                       \
                 }                                                                           \
@@ -275,13 +278,13 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
         }                                                                                   \
     }
 
-#define DEFINE_Q8_ROWS(NAME, SIGNED, ISA)                                                   \
-    DEFINE_Q8T_SET(DEFINE_Q8T, NAME, SIGNED, 0, ISA)                                        \
-    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+#define DEFINE_Q8_ROWS(NAME, SIGNED, PRE, LO, ISA)                                          \
+    DEFINE_Q8T_SET(DEFINE_Q8T, NAME, SIGNED, 0, LO, ISA)                                    \
+    DEFINE_Q8_ROWS_LOOP(NAME, PRE, LO, ISA)
 
-#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED, MULQ, ISA)                                   \
-    DEFINE_Q8T_SET(DEFINE_Q8T_SB, NAME, BYTES, SIGNED, MULQ, ISA)                           \
-    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED, MULQ, PRE, LO, ISA)                          \
+    DEFINE_Q8T_SET(DEFINE_Q8T_SB, NAME, BYTES, SIGNED, MULQ, LO, ISA)                       \
+    DEFINE_Q8_ROWS_LOOP(NAME, PRE, LO, ISA)
 
 /* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
  * times the multiplier of their half of 16 when the type has one, MULQ):
@@ -294,6 +297,19 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
     (MULQ ? _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR),         \
                                _mm256_madd_epi16(MUL, _mm256_set1_epi32(1)))                \
           : _mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR))
+/* The 16-bit codes: 256 * dot(q) + dot(lo) per lane, exact in int32 (a
+ * lane is at most 4 * 128 * 127 * 257, or with Q6_K's multiplier 4 * 32 *
+ * 127 * 257 * 128: under 2^29).  VNNI shifts the first dot and lets the
+ * second dpbusd add into it. */
+#define Q16_IDOT_avx2(WA, XR, XL, MUL, MULQ)                                                \
+    _mm256_add_epi32(_mm256_slli_epi32(Q8_IDOT_avx2(WA, XR, MUL, MULQ), 8),                 \
+                     Q8_IDOT_avx2(WA, XL, MUL, MULQ))
+#define Q16_IDOT_avx512(WA, XR, XL, MUL, MULQ)                                              \
+    (MULQ ? _mm256_mullo_epi32(Q16_JOIN_avx512(WA, XR, XL), _mm256_madd_epi16(MUL, _mm256_set1_epi32(1))) \
+          : Q16_JOIN_avx512(WA, XR, XL))
+#define Q16_JOIN_avx512(WA, XR, XL)                                                         \
+    _mm256_dpbusd_epi32(_mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR), 8), \
+                        WA, XL)
 
 #define Q8_INLINE_avx2 AVX2_INLINE
 #define Q8_FN_avx2 AVX2_FN static
@@ -301,16 +317,18 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 #define Q8_INLINE_avx512 static inline __attribute__((always_inline, target(Q8_TARGET_avx512)))
 #define Q8_FN_avx512 __attribute__((target(Q8_TARGET_avx512))) static
 
-#define DEFINE_Q8_ALL(ISA)                                                                  \
-    DEFINE_Q8_ROWS(q4_0, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q4_1, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q5_0, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q8_0, 1, ISA)                                                            \
-    DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0, 0, ISA)                                  \
-    DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1, 1, ISA)
+#define DEFINE_Q8_ALL(PRE, LO, ISA)                                                         \
+    DEFINE_Q8_ROWS(q4_0, 0, PRE, LO, ISA)                                                   \
+    DEFINE_Q8_ROWS(q4_1, 0, PRE, LO, ISA)                                                   \
+    DEFINE_Q8_ROWS(q5_0, 0, PRE, LO, ISA)                                                   \
+    DEFINE_Q8_ROWS(q8_0, 1, PRE, LO, ISA)                                                   \
+    DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0, 0, PRE, LO, ISA)                         \
+    DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1, 1, PRE, LO, ISA)
 
-DEFINE_Q8_ALL(avx2)
-DEFINE_Q8_ALL(avx512)
+DEFINE_Q8_ALL(q8, 0, avx2)
+DEFINE_Q8_ALL(q8, 0, avx512)
+DEFINE_Q8_ALL(q16, 1, avx2)
+DEFINE_Q8_ALL(q16, 1, avx512)
 
 int fast_cpu_vnni_ok(void)
 {
@@ -332,6 +350,19 @@ q8_rows_fn q8_rows_avx512(int type)
     }
 }
 
+q8_rows_fn q16_rows_avx512(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx512;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx512;
+    case GGML_TYPE_Q5_0: return q16rows_q5_0_avx512;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_avx512;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_avx512;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_avx512;
+    default: return NULL;
+    }
+}
+
 q8_rows_fn q8_rows_avx2(int type)
 {
     switch (type) {
@@ -345,6 +376,19 @@ q8_rows_fn q8_rows_avx2(int type)
     }
 }
 
+q8_rows_fn q16_rows_avx2(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx2;
+    case GGML_TYPE_Q5_0: return q16rows_q5_0_avx2;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_avx2;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_avx2;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_avx2;
+    default: return NULL;
+    }
+}
+
 #else /* not x86-64 */
 
 q8_rows_fn q8_rows_avx2(int type)
@@ -354,6 +398,18 @@ q8_rows_fn q8_rows_avx2(int type)
 }
 
 q8_rows_fn q8_rows_avx512(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+q8_rows_fn q16_rows_avx2(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+q8_rows_fn q16_rows_avx512(int type)
 {
     (void)type;
     return NULL;

@@ -70,21 +70,24 @@ int cpu_matmul_fast_set_isa(int level)
     return l;
 }
 
-/* -1: not chosen yet; 0 float activations; 1 int8 where a kernel exists */
+/* -1: not chosen yet; else CPU_ACT_F32, CPU_ACT_Q8 or CPU_ACT_Q16 (act_q8.h) */
 static atomic_int fast_q8 = -1;
 
 static int q8_level(void)
 {
     int l = atomic_load_explicit(&fast_q8, memory_order_relaxed);
     if (l < 0) {
-        const char *e = getenv("STRATA_MATMUL_F32");
-        l = e && !strcmp(e, "1") ? 0 : 1;
+        const char *e = getenv("STRATA_MATMUL_F32"), *a = getenv("STRATA_MATMUL_ACT");
+        l = e && !strcmp(e, "1")   ? CPU_ACT_F32
+            : a && !strcmp(a, "8")  ? CPU_ACT_Q8
+            : a && !strcmp(a, "16") ? CPU_ACT_Q16
+                                    : CPU_ACT_DEFAULT;
         atomic_store_explicit(&fast_q8, l, memory_order_relaxed);
     }
     return l;
 }
 
-int cpu_matmul_int8_activations(void) { return q8_level() && isa_level(); }
+int cpu_matmul_int8_activations(void) { return isa_level() ? q8_level() : 0; }
 
 int cpu_matmul_fast_set_q8(int on)
 {
@@ -236,12 +239,16 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
     };
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
-    if (q8_level() && avx2 && cols % 32 == 0) {
-        q8_rows_fn k = vnni_level() ? q8_rows_avx512(type) : q8_rows_avx2(type);
+    const int act = q8_level();
+    if (act && avx2 && cols % 32 == 0) {
+        const int wide = act == CPU_ACT_Q16, vnni = vnni_level();
+        q8_rows_fn k = wide ? (vnni ? q16_rows_avx512(type) : q16_rows_avx2(type))
+                            : (vnni ? q8_rows_avx512(type) : q8_rows_avx2(type));
         act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32))) : NULL;
         if (xq) {
             for (int64_t i = 0; i < n; i++)
-                act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
+                (wide ? act_q16_quantize_avx2 : act_q8_quantize_avx2)(x + i * cols, cols,
+                                                                       xq + i * (cols / 32));
             j.q8 = k;
             j.xq = xq;
         }
