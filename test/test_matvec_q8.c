@@ -71,15 +71,46 @@ static uint8_t *random_blocks(int type, int64_t rows, int64_t cols, uint64_t see
     return w;
 }
 
-/* The codes of a block as one integer: q, or 256 q + lo. */
-static int code_of(const act_q8 *b, int j, int wide)
+/* The two block formats behind one pointer (wide: act_q16). */
+static size_t blk_size(int wide) { return wide ? sizeof(act_q16) : sizeof(act_q8); }
+static void *blocks_new(int64_t nblocks, int wide) { return calloc(nblocks, blk_size(wide)); }
+static float blk_d(const void *xq, int64_t b, int wide)
 {
-    return wide ? 256 * b->q[j] + b->lo[j] : b->q[j];
+    return wide ? ((const act_q16 *)xq)[b].d : ((const act_q8 *)xq)[b].d;
+}
+static float blk_s(const void *xq, int64_t b, int wide)
+{
+    return wide ? ((const act_q16 *)xq)[b].s : ((const act_q8 *)xq)[b].s;
+}
+static int code_of(const void *xq, int64_t b, int j, int wide)
+{
+    return wide ? ((const act_q16 *)xq)[b].v[j] : ((const act_q8 *)xq)[b].q[j];
+}
+static void *blk_at(void *xq, int64_t b, int wide) { return (char *)xq + b * blk_size(wide); }
+
+static void quantize_c(int wide, const float *x, int64_t cols, void *xq)
+{
+    if (wide)
+        act_q16_quantize(x, cols, xq);
+    else
+        act_q8_quantize(x, cols, xq);
 }
 
-static void quantize_c(int wide, const float *x, int64_t cols, act_q8 *xq)
+/* isa: 0 the plain C twin, 1 AVX2, 2 AVX512-VNNI */
+static void run_rows(int wide, int isa, int type, const uint8_t *w, size_t rb, int64_t rows,
+                     int64_t cols, const void *xq, int64_t n, float *y, int64_t ystride)
 {
-    (wide ? act_q16_quantize : act_q8_quantize)(x, cols, xq);
+    if (wide) {
+        q16_rows_fn k = isa == 2 ? q16_rows_avx512(type) : isa ? q16_rows_avx2(type)
+                                                               : q16_rows_scalar(type);
+        ck_assert_msg(k != NULL, "%s has no q16 kernel (isa %d)", type_name(type), isa);
+        k(w, rb, rows, cols, xq, n, y, ystride);
+    } else {
+        q8_rows_fn k = isa == 2 ? q8_rows_avx512(type) : isa ? q8_rows_avx2(type)
+                                                             : q8_rows_scalar(type);
+        ck_assert_msg(k != NULL, "%s has no q8 kernel (isa %d)", type_name(type), isa);
+        k(w, rb, rows, cols, xq, n, y, ystride);
+    }
 }
 
 START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
@@ -87,7 +118,7 @@ START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
     const int wide = _i;
     const int64_t cols = 4096;
     float *x = malloc(cols * sizeof *x);
-    act_q8 *a = calloc(cols / 32, sizeof *a), *b = calloc(cols / 32, sizeof *b);
+    void *a = blocks_new(cols / 32, wide), *b = blocks_new(cols / 32, wide);
     test_fill_normal(x, cols, 3.0f, 21);
     x[5] = 0.0f;                 /* a zero inside a block */
     for (int j = 64; j < 96; j++) /* an all-zero block: d = 0, codes 0 */
@@ -100,28 +131,32 @@ START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
     double err_sum = 0;
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int sum = 0;
+        const float d = blk_d(a, blk, wide);
         for (int j = 0; j < 32; j++) {
             const float xv = x[32 * blk + j];
-            const int c = code_of(&a[blk], j, wide);
-            ck_assert_msg(fabsf(xv - a[blk].d * c) <= a[blk].d * bound,
+            const int c = code_of(a, blk, j, wide);
+            ck_assert_msg(fabsf(xv - d * c) <= d * bound,
                           "%s block %lld elem %d: x %.9g code %d d %.9g", wide ? "q16" : "q8",
-                          (long long)blk, j, xv, c, a[blk].d);
-            ck_assert(a[blk].q[j] >= -127 && a[blk].lo[j] >= -127);
-            if (a[blk].d > 0)
-                err_sum += fabsf(xv - a[blk].d * c) / a[blk].d;
+                          (long long)blk, j, xv, c, d);
+            ck_assert(c >= (wide ? -32639 : -127) && c <= (wide ? 32639 : 127));
+            if (d > 0)
+                err_sum += fabsf(xv - d * c) / d;
             sum += c;
         }
-        ck_assert(a[blk].s == a[blk].d * (float)sum);
+        ck_assert(blk_s(a, blk, wide) == d * (float)sum);
     }
-    ck_assert(a[2].d == 0.0f && a[2].s == 0.0f);
+    ck_assert(blk_d(a, 2, wide) == 0.0f && blk_s(a, 2, wide) == 0.0f);
     /* rounding to nearest: the mean error is a quarter step */
     err_sum /= (double)(cols - 33);
     ck_assert_msg(err_sum > 0.2 && err_sum < 0.3, "mean error %.3g steps", err_sum);
     if (!fast_cpu_avx2_ok()) {
         test_note_skip("quantizer_twins_agree (AVX2 twin)", "cpu", "CPU lacks AVX2/FMA/F16C");
     } else {
-        (wide ? act_q16_quantize_avx2 : act_q8_quantize_avx2)(x, cols, b);
-        ck_assert_msg(!memcmp(a, b, cols / 32 * sizeof *a), "AVX2 quantizer differs from C");
+        if (wide)
+            act_q16_quantize_avx2(x, cols, b);
+        else
+            act_q8_quantize_avx2(x, cols, b);
+        ck_assert_msg(!memcmp(a, b, cols / 32 * blk_size(wide)), "AVX2 quantizer differs from C");
     }
     free(x);
     free(a);
@@ -139,13 +174,13 @@ START_TEST(kernels_match_float64_on_the_codes)
                        "CPU lacks AVX2/FMA/F16C");
     float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
     float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
-    act_q8 *xq = calloc(n * nsub, sizeof *xq);
+    void *xq = blocks_new(n * nsub, wide);
     test_fill_normal(x, n * cols, 1.0f, 31);
     for (int64_t i = 0; i < n; i++)
-        quantize_c(wide, x + i * cols, cols, xq + i * nsub);
+        quantize_c(wide, x + i * cols, cols, blk_at(xq, i * nsub, wide));
     for (int64_t i = 0; i < n * nsub; i++)
         for (int j = 0; j < 32; j++)
-            xd[32 * i + j] = xq[i].d * (float)code_of(&xq[i], j, wide);
+            xd[32 * i + j] = blk_d(xq, i, wide) * (float)code_of(xq, i, j, wide);
     double mean_rel = 0;
     for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
         const int type = q8_types[ti];
@@ -154,11 +189,8 @@ START_TEST(kernels_match_float64_on_the_codes)
         type_traits_get(type)->dequant(w, wf, rows * cols);
         double rel_sum = 0;
         for (int tw = 0; tw <= avx2; tw++) {
-            q8_rows_fn k = wide ? (tw ? q16_rows_avx2(type) : q16_rows_scalar(type))
-                                : (tw ? q8_rows_avx2(type) : q8_rows_scalar(type));
-            ck_assert_msg(k != NULL, "%s has no %s q8 kernel", type_name(type), tw ? "AVX2" : "C");
             for (int64_t nn = 1; nn <= n; nn++) {
-                k(w, rb, rows, cols, xq, nn, y, rows);
+                run_rows(wide, tw, type, w, rb, rows, cols, xq, nn, y, rows);
                 for (int64_t i = 0; i < nn; i++)
                     for (int64_t r = 0; r < rows; r++) {
                         double on_codes = 0, exact = 0, mag = 0, step = 0;
@@ -167,7 +199,7 @@ START_TEST(kernels_match_float64_on_the_codes)
                             on_codes += wv * xd[i * cols + c];
                             exact += wv * x[i * cols + c];
                             mag += fabs(wv * x[i * cols + c]);
-                            step += fabs(wv) * xq[i * nsub + c / 32].d * (wide ? 1.02 : 0.5);
+                            step += fabs(wv) * blk_d(xq, i * nsub + c / 32, wide) * (wide ? 1.02 : 0.5);
                         }
                         const double got = y[i * rows + r];
                         ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
@@ -217,21 +249,19 @@ START_TEST(tiles_match_the_c_twin_bitwise)
         const int64_t cols = colss[ci], nsub = cols / 32;
         float *x = malloc(nmax * cols * sizeof *x);
         float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
-        act_q8 *xq = calloc(nmax * nsub, sizeof *xq);
+        void *xq = blocks_new(nmax * nsub, wide);
         test_fill_normal(x, nmax * cols, 1.0f, 51 + ci);
         for (int64_t i = 0; i < nmax; i++)
-            quantize_c(wide, x + i * cols, cols, xq + i * nsub);
+            quantize_c(wide, x + i * cols, cols, blk_at(xq, i * nsub, wide));
         for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
             const int type = q8_types[ti];
             uint8_t *w = random_blocks(type, rows, cols, 900 + 10 * ci + ti);
             const size_t rb = type_row_bytes(type, cols);
-            (wide ? q16_rows_scalar : q8_rows_scalar)(type)(w, rb, rows, cols, xq, nmax, yc, rows);
+            run_rows(wide, 0, type, w, rb, rows, cols, xq, nmax, yc, rows);
             for (int isa = 0; isa <= vnni; isa++)
                 for (int64_t n = 1; n <= nmax; n++) {
                     memset(ya, 0xff, nmax * rows * sizeof *ya);
-                    q8_rows_fn k = wide ? (isa ? q16_rows_avx512 : q16_rows_avx2)(type)
-                                        : (isa ? q8_rows_avx512 : q8_rows_avx2)(type);
-                    k(w, rb, rows, cols, xq, n, ya, rows);
+                    run_rows(wide, isa ? 2 : 1, type, w, rb, rows, cols, xq, n, ya, rows);
                     for (int64_t k = 0; k < n * rows; k++)
                         ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
                                       "%s %s cols %lld n=%lld row %lld tok %lld: %s %.9g, C twin %.9g",

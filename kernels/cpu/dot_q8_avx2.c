@@ -53,12 +53,11 @@ AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
 }
 
 /* act_q16_quantize's twin: the codes q as above, the remainders lo from
- * the same products t, the sum of 256 q + lo in int32. */
-AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
+ * the same products t, v = 256 q + lo in int32, packed to int16. */
+AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f),
                  hi = _mm256_set1_ps(127.0f), k256 = _mm256_set1_ps(256.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
         __m256 v[4], m = _mm256_setzero_ps();
@@ -72,7 +71,7 @@ AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
         const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
         const __m256 idv = _mm256_set1_ps(id);
-        __m256i q[4], l[4], sum = _mm256_setzero_si256();
+        __m256i q[4], sum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
             const __m256 t = _mm256_mul_ps(v[k], idv);
             __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -82,14 +81,16 @@ AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             e = _mm256_and_ps(e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
             e = _mm256_min_ps(_mm256_max_ps(e, lo), hi);
-            q[k] = _mm256_cvtps_epi32(r);
-            l[k] = _mm256_cvtps_epi32(e);
-            sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_slli_epi32(q[k], 8), l[k]));
+            q[k] = _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtps_epi32(r), 8),
+                                    _mm256_cvtps_epi32(e));
+            sum = _mm256_add_epi32(sum, q[k]);
         }
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)xq[b].q, _mm256_permutevar8x32_epi32(p, order));
-        p = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
-        _mm256_storeu_si256((__m256i *)xq[b].lo, _mm256_permutevar8x32_epi32(p, order));
+        /* packs interleaves the 128-bit lanes of its two inputs; the
+         * permute puts the four quarters back in order */
+        _mm256_storeu_si256((__m256i *)xq[b].v,
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+        _mm256_storeu_si256((__m256i *)(xq[b].v + 16),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
@@ -105,7 +106,7 @@ void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
     act_q8_quantize(x, cols, xq);
 }
 
-void act_q16_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
+void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
 {
     act_q16_quantize(x, cols, xq);
 }

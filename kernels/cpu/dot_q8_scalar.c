@@ -34,7 +34,7 @@ void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq)
     }
 }
 
-void act_q16_quantize(const float *x, int64_t cols, act_q8 *xq)
+void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq)
 {
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
@@ -51,9 +51,8 @@ void act_q16_quantize(const float *x, int64_t cols, act_q8 *xq)
              * range and r its bound); the remainder in 256ths of a step */
             float l = nearbyintf((t - r) * 256.0f);
             l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
-            xq[b].q[j] = (int8_t)r;
-            xq[b].lo[j] = (int8_t)l;
-            sum += 256 * xq[b].q[j] + xq[b].lo[j];
+            xq[b].v[j] = (int16_t)(256 * (int)r + (int)l);
+            sum += xq[b].v[j];
         }
         xq[b].d = d * (1.0f / 256.0f);
         xq[b].s = xq[b].d * (float)sum;
@@ -164,32 +163,27 @@ static float hsum8(const float *a)
  * sub-block (times the multiplier of their half), fused-multiply-added
  * with dw * d_x; even and odd sub-blocks have accumulators of their own
  * (two FMA chains for a single row), and so have the s terms.  With the
- * 16-bit codes (LO, q16rows_*) a lane's integer is 256 * dot(q) + dot(lo)
- * before the multiplier: the same integer the tiles make. */
+ * 16-bit codes (q16rows_*) lane k takes elements 2k, 2k+1, 16 + 2k and
+ * 17 + 2k, each weight times the multiplier of its half (the int16 pairs
+ * of the tiles' madd / dpwssd). */
 #define DEFINE_Q8_ROWS_SCALAR(NAME, PRE, LO)                                                \
-    static void PRE##rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
-                              int64_t cols, const act_q8 *x, int64_t n, float *y,           \
+    static void PRE##rows_##NAME##_c(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
+                              int64_t cols, const act_##PRE *x, int64_t n, float *y,        \
                               int64_t ystride)                                              \
     {                                                                                       \
         const int64_t nsub = cols / 32;                                                     \
         for (int64_t r = 0; r < nrows; r++) {                                               \
             const uint8_t *row = w + r * row_bytes;                                         \
             for (int64_t i = 0; i < n; i++) {                                               \
-                const act_q8 *xi = x + i * nsub;                                            \
+                const act_##PRE *xi = x + i * nsub;                                         \
                 float acc[2][8] = {{0}}, corr[2] = {0}, sum[8];                             \
                 for (int64_t s = 0; s < nsub; s++) {                                        \
                     wblk b;                                                                 \
                     blk_##NAME(row, s, &b);                                                 \
                     const float f = b.dw * xi[s].d;                                         \
                     for (int k = 0; k < 8; k++) {                                           \
-                        int p = 0, pl = 0;                                                  \
-                        for (int j = 4 * k; j < 4 * k + 4; j++) {                           \
-                            p += b.w[j] * xi[s].q[j];                                       \
-                            pl += LO ? b.w[j] * xi[s].lo[j] : 0;                            \
-                        }                                                                   \
-                        if (LO)                                                             \
-                            p = 256 * p + pl;                                               \
-                        acc[s & 1][k] = fmaf((float)(p * b.mul[k / 4]), f, acc[s & 1][k]);  \
+                        const int p = Q8_LANE_##PRE(b, xi[s], k);                           \
+                        acc[s & 1][k] = fmaf((float)p, f, acc[s & 1][k]);                   \
                     }                                                                       \
                     corr[s & 1] = fmaf(b.cw, xi[s].s, corr[s & 1]);                         \
                 }                                                                           \
@@ -199,6 +193,28 @@ static float hsum8(const float *a)
             }                                                                               \
         }                                                                                   \
     }
+
+/* Lane k's exact integer dot. */
+static inline int lane_q8(const wblk *b, const act_q8 *x, int k)
+{
+    int p = 0;
+    for (int j = 4 * k; j < 4 * k + 4; j++)
+        p += b->w[j] * x->q[j];
+    return p * b->mul[k / 4];
+}
+
+static inline int lane_q16(const wblk *b, const act_q16 *x, int k)
+{
+    static const int el[4] = {0, 1, 16, 17};
+    int p = 0;
+    for (int e = 0; e < 4; e++) {
+        const int j = 2 * k + el[e];
+        p += b->w[j] * b->mul[j / 16] * x->v[j];
+    }
+    return p;
+}
+#define Q8_LANE_q8(B, X, K) lane_q8(&(B), &(X), K)
+#define Q8_LANE_q16(B, X, K) lane_q16(&(B), &(X), K)
 
 #define DEFINE_BOTH(NAME) DEFINE_Q8_ROWS_SCALAR(NAME, q8, 0) DEFINE_Q8_ROWS_SCALAR(NAME, q16, 1)
 DEFINE_BOTH(q4_0)
@@ -211,25 +227,25 @@ DEFINE_BOTH(q6_k)
 q8_rows_fn q8_rows_scalar(int type)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return q8rows_q4_0;
-    case GGML_TYPE_Q4_1: return q8rows_q4_1;
-    case GGML_TYPE_Q5_0: return q8rows_q5_0;
-    case GGML_TYPE_Q8_0: return q8rows_q8_0;
-    case GGML_TYPE_Q4_K: return q8rows_q4_k;
-    case GGML_TYPE_Q6_K: return q8rows_q6_k;
+    case GGML_TYPE_Q4_0: return q8rows_q4_0_c;
+    case GGML_TYPE_Q4_1: return q8rows_q4_1_c;
+    case GGML_TYPE_Q5_0: return q8rows_q5_0_c;
+    case GGML_TYPE_Q8_0: return q8rows_q8_0_c;
+    case GGML_TYPE_Q4_K: return q8rows_q4_k_c;
+    case GGML_TYPE_Q6_K: return q8rows_q6_k_c;
     default: return NULL;
     }
 }
 
-q8_rows_fn q16_rows_scalar(int type)
+q16_rows_fn q16_rows_scalar(int type)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return q16rows_q4_0;
-    case GGML_TYPE_Q4_1: return q16rows_q4_1;
-    case GGML_TYPE_Q5_0: return q16rows_q5_0;
-    case GGML_TYPE_Q8_0: return q16rows_q8_0;
-    case GGML_TYPE_Q4_K: return q16rows_q4_k;
-    case GGML_TYPE_Q6_K: return q16rows_q6_k;
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_c;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_c;
+    case GGML_TYPE_Q5_0: return q16rows_q5_0_c;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_c;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_c;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_c;
     default: return NULL;
     }
 }
