@@ -1,7 +1,11 @@
 /* dot_q8_tile_avx2.c: the int8-activation kernels (kernels/cpu/act_q8.h) in
  * tiles of R weight rows by C activation rows, in two twins: AVX2
  * (maddubs + madd, functions *_avx2) and AVX512-VNNI (dpbusd on 256-bit
- * registers, functions *_avx512); the same integers, the same bits.
+ * registers, functions *_avx512); the same integers, the same bits.  Each
+ * comes for the int8 codes (q8rows_*) and for the 16-bit codes (q16rows_*,
+ * act_q16): those widen the decoded weight sub-block to int16 once
+ * (Q8_WIDEN) and dot it with madd (AVX2) or dpwssd (VNNI) in int16 pairs;
+ * the rest is shared.
  *
  * Inside a tile each 32-weight sub-block of a weight row is decoded once
  * (dot_q8_avx2.h) and met by the C activation rows' codes.  C is 8 (then

@@ -7,12 +7,12 @@
  *    slows threads unevenly); small products stay on the calling thread,
  *    where waking a worker would cost more than it saves.
  *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
- *    quantized once per call to int8 blocks of 32 (act_q8.h) and the
- *    weights are dotted against the codes in integers, in tiles of up to
- *    8 activation rows (dot_q8_tile_avx2.c; with AVX512-VNNI its dpbusd
- *    twins, the same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the
- *    other types (and all of them with STRATA_MATMUL_F32=1) keep float
- *    activations.  The codes live in a per-thread buffer that grows to the
+ *    quantized once per call to blocks of 32 codes, 16-bit by default or
+ *    int8 with STRATA_MATMUL_ACT=8 (act_q8.h), and the weights are dotted
+ *    against the codes in integers, in tiles of up to 8 activation rows
+ *    (dot_q8_tile_avx2.c; with AVX512-VNNI its dpwssd / dpbusd twins, the
+ *    same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the other types (and all
+ *    of them with STRATA_MATMUL_F32=1) keep float activations.  The codes live in a per-thread buffer that grows to the
  *    largest call and is then reused: no allocation in a step.
  *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
  *    K-quants, the IQ2/IQ3/IQ4_XS types) decodes each 32-weight sub-block
