@@ -325,7 +325,7 @@ DEFINE_COLS_FILL(q16)
  * activation rows, and the tiles above decode it again for each (the
  * nibble and high-bit unpacking, the widening to int16: a third of a
  * tile's instructions).  With at least Q16_PRE_MIN_N activation rows, a
- * rows call of Q4_0, Q4_1 or Q5_0 first decodes its weight rows, up to
+ * rows call of Q5_0 first decodes its weight rows, up to
  * Q16_PRE_ROWS at a time, into q16_wpre records (the widened int16 codes
  * and the two float factors, made by the same decoder and Q8_WIDEN), and
  * the tiles then read them (Q8T_BLOCK_PRE).  The integers, factors and
@@ -333,9 +333,11 @@ DEFINE_COLS_FILL(q16)
  * (matvec_q8, tiles_match_the_c_twin_bitwise, n up to 27).  Measured
  * (one core, Q5_0 896 x 896, n = 128): 29.8 -> 32.0 GMAC/s; not more,
  * because the tile is bound by its multiplies (two madd / dpwssd and an
- * FMA per 32 products and activation row), not by the decode.  Q8_0,
- * whose decode is a load, gains nothing (31.7 -> 31.5) and keeps the
- * decoding tiles. */
+ * FMA per 32 products and activation row), not by the decode.  Only
+ * Q5_0 (the costliest decode: its fifth bits) takes this path: Q8_0,
+ * whose decode is a load, gained nothing (31.7 -> 31.5) and Q4_1 lost
+ * (the demo model's prompt 191 -> 174 tok/s: 72 stored bytes per 32
+ * weights read back cost more than unpacking 20). */
 typedef struct q16_wpre {
     int16_t v[32];
     float dw, cw;
@@ -411,8 +413,6 @@ typedef struct q16_wpre {
 #define DEFINE_Q16_PRE_ALL(ISA)                                                             \
     DEFINE_Q8T_SET(DEFINE_Q8T_PRE, q16, ISA)                                                \
     DEFINE_Q8_ROWS_LOOP(pre, q16, ISA)                                                      \
-    DEFINE_Q16_ROWS_PRE(q4_0, 0, ISA)                                                       \
-    DEFINE_Q16_ROWS_PRE(q4_1, 0, ISA)                                                       \
     DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA)
 
 /* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
@@ -487,8 +487,8 @@ q8_rows_fn q8_rows_avx512(int type)
 q16_rows_fn q16_rows_avx512(int type)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return q16rowsp_q4_0_avx512;
-    case GGML_TYPE_Q4_1: return q16rowsp_q4_1_avx512;
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx512;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx512;
     case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx512;
     case GGML_TYPE_Q8_0: return q16rows_q8_0_avx512;
     case GGML_TYPE_Q4_K: return q16rows_q4_k_avx512;
@@ -513,8 +513,8 @@ q8_rows_fn q8_rows_avx2(int type)
 q16_rows_fn q16_rows_avx2(int type)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return q16rowsp_q4_0_avx2;
-    case GGML_TYPE_Q4_1: return q16rowsp_q4_1_avx2;
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx2;
     case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx2;
     case GGML_TYPE_Q8_0: return q16rows_q8_0_avx2;
     case GGML_TYPE_Q4_K: return q16rows_q4_k_avx2;
