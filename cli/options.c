@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels/cpu/act_q8.h"
 #include "kernels/ops.h"
 #include "cli/options.h"
 #include "sched/scheduler.h"
@@ -342,8 +341,8 @@ static const opt_help opt_help_lines[] = {
      "  --kv k8v4|k8v4r|k8v4r2|f16  KV cache format (default k8v4: K Q8_0, V Q4_0;\n"
      "                          k8v4r: k8v4 after a Hadamard rotation per head;\n"
      "                          k8v4r2: k8v4's bytes, rotated, K minus its bias, V in\n"
-     "                          IQ4_NL levels, closest to f16; the demo model: k8v4,\n"
-     "                          or f16 on the CPU with STRATA_MATMUL_F32=1)\n"
+     "                          IQ4_NL levels, closest to f16; the demo model: k8v4\n"
+     "                          on a card, f16 on the CPU)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},
@@ -433,18 +432,14 @@ int cli_opts_demo_defaults(cli_opts *o)
     if (strcmp(base, CLI_DEMO_MODEL) != 0)
         return 0;
     /* The 135M demo model's greedy answers flip with changes of ~1e-2 in its
-     * logits.  On the CPU with float activations the f16 cache keeps "What
-     * is the capital of France?" -> Paris; on the card, whose matvecs take
-     * fp16/int8 activations (logits ~1e-2 from the CPU's), f16 lost it and
-     * k8v4 kept it (README, "The demo model").  The CPU's int8 activations
-     * (its default) lose it with every cache since the prompt's tiled
-     * kernels (f16, k8v4, k8v4r, k8v4r2: "L'Etoile ..."), so on the CPU the
-     * demo takes the float activations, the reference path (about half the
-     * int8 decode rate), and f16. */
+     * logits ("What is the capital of France?": 0.08 between "The" and "L"
+     * at logits near 25).  On the CPU, whose matmuls take 16-bit activation
+     * codes (as close to float64 as float activations; int8 codes lose
+     * Paris, doc/cpu.md), the f16 cache keeps Paris; on the card, whose
+     * matvecs take fp16/int8 activations (logits ~1e-2 from the CPU's), f16
+     * lost it and k8v4 kept it (README, "The demo model"). */
     int on_card = o->ep.backend == STRATA_BACKEND_CUDA ||
                   (o->ep.backend == STRATA_BACKEND_AUTO && strata_cuda_available(NULL));
-    if (!on_card)
-        cpu_matmul_fast_set_q8(0);
     int want = on_card ? STRATA_KV_K8V4 : STRATA_KV_F16;
     int changed = 0;
     if (!o->kv_given && o->ep.kv_type != want) {

@@ -28,9 +28,9 @@ void cpu_matmul(int type, const void *w, int64_t rows, int64_t cols,
  * cpu_matmul within the tolerance stated in test/test_matvec.c. */
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
                      const float *x, int64_t n, float *y);
-/* 1 if cpu_matmul_fast quantizes activations to int8 for the types that
+/* Non-zero if cpu_matmul_fast quantizes activations for the types that
  * have such kernels (the default on a CPU with AVX2; STRATA_MATMUL_F32=1
- * turns it off). */
+ * turns it off): 1 int8 codes, 2 16-bit codes (kernels/cpu/act_q8.h). */
 int cpu_matmul_int8_activations(void);
 
 /* out[cols] = row `token` of an embedding table stored like a weight. */

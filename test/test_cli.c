@@ -242,8 +242,7 @@ START_TEST(test_chat_pipe)
     ck_assert_int_eq(rc, 0);
     /* stdout: answer 1, /stats (describe line with the budgets, then the
      * rates), answer 2, the reset note, answer 3 */
-    /* the demo model's own default KV: k8v4 on a card and with the CPU's int8
-     * activations, f16 with float ones (STRATA_MATMUL_F32=1) */
+    /* the demo model's own default KV: k8v4 on a card, f16 on the CPU */
     const char *budgets = strstr(out, "KV f16");
     if (!budgets)
         budgets = strstr(out, "KV k8v4");

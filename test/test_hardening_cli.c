@@ -303,7 +303,8 @@ START_TEST(demo_model_answers_paris)
                              "-m '%s' -n 48 --backend cpu 2>&1", cli, model);
     ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
     ck_assert_msg(strstr(out, "Paris") != NULL, "the demo model does not say Paris:\n%s", out);
-    /* on the CPU: float activations and f16 (cli_opts_demo_defaults) */
+    /* on the CPU: the default 16-bit activation codes and f16
+     * (cli_opts_demo_defaults) */
     const char *kv = "KV f16";
     ck_assert_msg(strstr(out, kv) != NULL, "the demo model is not on %s:\n%s", kv, out);
     free(out);

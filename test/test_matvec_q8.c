@@ -22,7 +22,12 @@
  *    8, 4, 2, 1), an odd number of weight rows, and rows short enough for
  *    one pass over the columns and long enough for two;
  *  - cpu_matmul_fast on this path: a batch of 9 rows on 1, 2 and 3 threads
- *    is bitwise one row at a time (the invariance rule). */
+ *    is bitwise one row at a time (the invariance rule).
+ * Each for the int8 codes and for the 16-bit codes (act_q16_quantize, the
+ * q16 kernels), whose code is within one 16-bit step d of its float
+ * (half a step, or a whole one where the remainder's byte is clamped) and
+ * whose mean relative error is held below 1e-5 (measured: about 1e-6,
+ * 256 times under the int8 codes'). */
 #include "testutil.h"
 
 #include <math.h>
@@ -66,33 +71,92 @@ static uint8_t *random_blocks(int type, int64_t rows, int64_t cols, uint64_t see
     return w;
 }
 
+/* The two block formats behind one pointer (wide: act_q16). */
+static size_t blk_size(int wide) { return wide ? sizeof(act_q16) : sizeof(act_q8); }
+static void *blocks_new(int64_t nblocks, int wide) { return calloc(nblocks, blk_size(wide)); }
+static float blk_d(const void *xq, int64_t b, int wide)
+{
+    return wide ? ((const act_q16 *)xq)[b].d : ((const act_q8 *)xq)[b].d;
+}
+static float blk_s(const void *xq, int64_t b, int wide)
+{
+    return wide ? ((const act_q16 *)xq)[b].s : ((const act_q8 *)xq)[b].s;
+}
+static int code_of(const void *xq, int64_t b, int j, int wide)
+{
+    return wide ? ((const act_q16 *)xq)[b].v[j] : ((const act_q8 *)xq)[b].q[j];
+}
+static void *blk_at(void *xq, int64_t b, int wide) { return (char *)xq + b * blk_size(wide); }
+
+static void quantize_c(int wide, const float *x, int64_t cols, void *xq)
+{
+    if (wide)
+        act_q16_quantize(x, cols, xq);
+    else
+        act_q8_quantize(x, cols, xq);
+}
+
+/* isa: 0 the plain C twin, 1 AVX2, 2 AVX512-VNNI */
+static void run_rows(int wide, int isa, int type, const uint8_t *w, size_t rb, int64_t rows,
+                     int64_t cols, const void *xq, int64_t n, float *y, int64_t ystride)
+{
+    if (wide) {
+        q16_rows_fn k = isa == 2 ? q16_rows_avx512(type) : isa ? q16_rows_avx2(type)
+                                                               : q16_rows_scalar(type);
+        ck_assert_msg(k != NULL, "%s has no q16 kernel (isa %d)", type_name(type), isa);
+        k(w, rb, rows, cols, xq, n, y, ystride);
+    } else {
+        q8_rows_fn k = isa == 2 ? q8_rows_avx512(type) : isa ? q8_rows_avx2(type)
+                                                             : q8_rows_scalar(type);
+        ck_assert_msg(k != NULL, "%s has no q8 kernel (isa %d)", type_name(type), isa);
+        k(w, rb, rows, cols, xq, n, y, ystride);
+    }
+}
+
 START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
 {
+    const int wide = _i;
     const int64_t cols = 4096;
     float *x = malloc(cols * sizeof *x);
-    act_q8 *a = malloc(cols / 32 * sizeof *a), *b = malloc(cols / 32 * sizeof *b);
+    void *a = blocks_new(cols / 32, wide), *b = blocks_new(cols / 32, wide);
     test_fill_normal(x, cols, 3.0f, 21);
     x[5] = 0.0f;                 /* a zero inside a block */
     for (int j = 64; j < 96; j++) /* an all-zero block: d = 0, codes 0 */
         x[j] = 0.0f;
-    act_q8_quantize(x, cols, a);
+    quantize_c(wide, x, cols, a);
+    /* int8: half a step (and an f32 rounding); 16-bit: a step where the
+     * remainder byte is clamped, plus the rounding of x / d8 (~1e-2 of a
+     * 16-bit step) */
+    const float bound = wide ? 1.02f : 0.5f * (1 + 1e-6f);
+    double err_sum = 0;
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int sum = 0;
+        const float d = blk_d(a, blk, wide);
         for (int j = 0; j < 32; j++) {
             const float xv = x[32 * blk + j];
-            ck_assert_msg(fabsf(xv - a[blk].d * a[blk].q[j]) <= a[blk].d * 0.5f * (1 + 1e-6f),
-                          "block %lld elem %d: x %.9g code %d d %.9g", (long long)blk, j, xv,
-                          a[blk].q[j], a[blk].d);
-            sum += a[blk].q[j];
+            const int c = code_of(a, blk, j, wide);
+            ck_assert_msg(fabsf(xv - d * c) <= d * bound,
+                          "%s block %lld elem %d: x %.9g code %d d %.9g", wide ? "q16" : "q8",
+                          (long long)blk, j, xv, c, d);
+            ck_assert(c >= (wide ? -32639 : -127) && c <= (wide ? 32639 : 127));
+            if (d > 0)
+                err_sum += fabsf(xv - d * c) / d;
+            sum += c;
         }
-        ck_assert(a[blk].s == a[blk].d * (float)sum);
+        ck_assert(blk_s(a, blk, wide) == d * (float)sum);
     }
-    ck_assert(a[2].d == 0.0f && a[2].s == 0.0f);
+    ck_assert(blk_d(a, 2, wide) == 0.0f && blk_s(a, 2, wide) == 0.0f);
+    /* rounding to nearest: the mean error is a quarter step */
+    err_sum /= (double)(cols - 33);
+    ck_assert_msg(err_sum > 0.2 && err_sum < 0.3, "mean error %.3g steps", err_sum);
     if (!fast_cpu_avx2_ok()) {
         test_note_skip("quantizer_twins_agree (AVX2 twin)", "cpu", "CPU lacks AVX2/FMA/F16C");
     } else {
-        act_q8_quantize_avx2(x, cols, b);
-        ck_assert_msg(!memcmp(a, b, cols / 32 * sizeof *a), "AVX2 quantizer differs from C");
+        if (wide)
+            act_q16_quantize_avx2(x, cols, b);
+        else
+            act_q8_quantize_avx2(x, cols, b);
+        ck_assert_msg(!memcmp(a, b, cols / 32 * blk_size(wide)), "AVX2 quantizer differs from C");
     }
     free(x);
     free(a);
@@ -102,6 +166,7 @@ END_TEST
 
 START_TEST(kernels_match_float64_on_the_codes)
 {
+    const int wide = _i;
     const int64_t rows = 37, cols = 768, n = 5, nsub = cols / 32;
     const int avx2 = fast_cpu_avx2_ok();
     if (!avx2)
@@ -109,13 +174,13 @@ START_TEST(kernels_match_float64_on_the_codes)
                        "CPU lacks AVX2/FMA/F16C");
     float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
     float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
-    act_q8 *xq = malloc(n * nsub * sizeof *xq);
+    void *xq = blocks_new(n * nsub, wide);
     test_fill_normal(x, n * cols, 1.0f, 31);
     for (int64_t i = 0; i < n; i++)
-        act_q8_quantize(x + i * cols, cols, xq + i * nsub);
+        quantize_c(wide, x + i * cols, cols, blk_at(xq, i * nsub, wide));
     for (int64_t i = 0; i < n * nsub; i++)
         for (int j = 0; j < 32; j++)
-            xd[32 * i + j] = xq[i].d * xq[i].q[j];
+            xd[32 * i + j] = blk_d(xq, i, wide) * (float)code_of(xq, i, j, wide);
     double mean_rel = 0;
     for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
         const int type = q8_types[ti];
@@ -124,10 +189,8 @@ START_TEST(kernels_match_float64_on_the_codes)
         type_traits_get(type)->dequant(w, wf, rows * cols);
         double rel_sum = 0;
         for (int tw = 0; tw <= avx2; tw++) {
-            q8_rows_fn k = tw ? q8_rows_avx2(type) : q8_rows_scalar(type);
-            ck_assert_msg(k != NULL, "%s has no %s q8 kernel", type_name(type), tw ? "AVX2" : "C");
             for (int64_t nn = 1; nn <= n; nn++) {
-                k(w, rb, rows, cols, xq, nn, y, rows);
+                run_rows(wide, tw, type, w, rb, rows, cols, xq, nn, y, rows);
                 for (int64_t i = 0; i < nn; i++)
                     for (int64_t r = 0; r < rows; r++) {
                         double on_codes = 0, exact = 0, mag = 0, step = 0;
@@ -136,7 +199,7 @@ START_TEST(kernels_match_float64_on_the_codes)
                             on_codes += wv * xd[i * cols + c];
                             exact += wv * x[i * cols + c];
                             mag += fabs(wv * x[i * cols + c]);
-                            step += fabs(wv) * xq[i * nsub + c / 32].d * 0.5;
+                            step += fabs(wv) * blk_d(xq, i * nsub + c / 32, wide) * (wide ? 1.02 : 0.5);
                         }
                         const double got = y[i * rows + r];
                         ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
@@ -155,12 +218,12 @@ START_TEST(kernels_match_float64_on_the_codes)
             }
         }
         rel_sum /= (double)(n * rows);
-        printf("  %-5s int8 activations: mean |y - exact| / sum|wx| = %.2e\n", type_name(type),
-               rel_sum);
+        printf("  %-5s %s activations: mean |y - exact| / sum|wx| = %.2e\n", type_name(type),
+               wide ? "16-bit" : "int8", rel_sum);
         mean_rel = rel_sum > mean_rel ? rel_sum : mean_rel;
         free(w);
     }
-    ck_assert_msg(mean_rel < 1e-3, "mean relative error %.3g", mean_rel);
+    ck_assert_msg(mean_rel < (wide ? 1e-5 : 1e-3), "mean relative error %.3g", mean_rel);
     free(x);
     free(xd);
     free(wf);
@@ -173,35 +236,40 @@ END_TEST
  * output element, so they agree bit for bit whatever the tile shape. */
 START_TEST(tiles_match_the_c_twin_bitwise)
 {
+    const int wide = _i;
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
     const int vnni = fast_cpu_vnni_ok();
     if (!vnni)
         test_note_skip("tiles_match_the_c_twin_bitwise (AVX512-VNNI twin)", "cpu",
                        "CPU lacks AVX512F/VL/VNNI");
-    const int64_t rows = 37, nmax = 11;
+    const int64_t rows = 37, nmax = 27;
+    /* 1..11: every split into tiles; 16 and up: the weights decoded ahead
+     * (dot_q8_tile_avx2.c, Q16_PRE_MIN_N) on the 16-bit codes */
+    const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 27};
     const int64_t colss[] = {768, 9216}; /* one pass; two (over 8192 columns) */
     for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
         const int64_t cols = colss[ci], nsub = cols / 32;
         float *x = malloc(nmax * cols * sizeof *x);
         float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
-        act_q8 *xq = malloc(nmax * nsub * sizeof *xq);
+        void *xq = blocks_new(nmax * nsub, wide);
         test_fill_normal(x, nmax * cols, 1.0f, 51 + ci);
         for (int64_t i = 0; i < nmax; i++)
-            act_q8_quantize(x + i * cols, cols, xq + i * nsub);
+            quantize_c(wide, x + i * cols, cols, blk_at(xq, i * nsub, wide));
         for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
             const int type = q8_types[ti];
             uint8_t *w = random_blocks(type, rows, cols, 900 + 10 * ci + ti);
             const size_t rb = type_row_bytes(type, cols);
-            q8_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
+            run_rows(wide, 0, type, w, rb, rows, cols, xq, nmax, yc, rows);
             for (int isa = 0; isa <= vnni; isa++)
-                for (int64_t n = 1; n <= nmax; n++) {
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int64_t n = ns[ni];
                     memset(ya, 0xff, nmax * rows * sizeof *ya);
-                    (isa ? q8_rows_avx512 : q8_rows_avx2)(type)(w, rb, rows, cols, xq, n, ya, rows);
+                    run_rows(wide, isa ? 2 : 1, type, w, rb, rows, cols, xq, n, ya, rows);
                     for (int64_t k = 0; k < n * rows; k++)
                         ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
-                                      "%s cols %lld n=%lld row %lld tok %lld: %s %.9g, C twin %.9g",
-                                      type_name(type), (long long)cols, (long long)n,
+                                      "%s %s cols %lld n=%lld row %lld tok %lld: %s %.9g, C twin %.9g",
+                                      wide ? "q16" : "q8", type_name(type), (long long)cols, (long long)n,
                                       (long long)(k % rows), (long long)(k / rows),
                                       isa ? "avx512-vnni" : "avx2", ya[k], yc[k]);
                 }
@@ -221,11 +289,12 @@ END_TEST
  * time gives. */
 START_TEST(q8_path_is_invariant)
 {
+    const int act = _i ? CPU_ACT_Q16 : CPU_ACT_Q8;
     const int64_t rows = 203, cols = 768, n = 9;
     float *x = malloc(n * cols * sizeof *x);
     float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
     test_fill_normal(x, n * cols, 1.0f, 41);
-    ck_assert_int_eq(cpu_matmul_fast_set_q8(1), 1);
+    ck_assert_int_eq(cpu_matmul_fast_set_q8(act), act);
     for (int isa = 0; isa <= 1; isa++) {
         if (cpu_matmul_fast_set_isa(isa) != isa)
             continue;
@@ -260,10 +329,11 @@ static Suite *matvec_q8_suite(void)
     Suite *s = suite_create("matvec_q8");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, quantizer_twins_agree_and_round_to_half_a_step);
-    tcase_add_test(tc, kernels_match_float64_on_the_codes);
-    tcase_add_test(tc, tiles_match_the_c_twin_bitwise);
-    tcase_add_test(tc, q8_path_is_invariant);
+    /* loop 0: the int8 codes; 1: the 16-bit codes */
+    tcase_add_loop_test(tc, quantizer_twins_agree_and_round_to_half_a_step, 0, 2);
+    tcase_add_loop_test(tc, kernels_match_float64_on_the_codes, 0, 2);
+    tcase_add_loop_test(tc, tiles_match_the_c_twin_bitwise, 0, 2);
+    tcase_add_loop_test(tc, q8_path_is_invariant, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

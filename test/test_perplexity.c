@@ -41,11 +41,12 @@ static int slow_tests(void)
  * (made once per run): two cases need Q2_0's k8v4 figure.  The figures
  * judge the formats (cache, weights), recorded in doc/perplexity.md with
  * float activations, so the matmuls keep them (STRATA_MATMUL_F32=1) unless
- * int8 is asked for: the int8 activations' own case is test_ppl_int8. */
+ * int8 is asked for: the int8 codes' own case is test_ppl_int8 (the
+ * default 16-bit codes judge like float activations, test_engine.c). */
 static ppl_result perplexity_act(const char *cli, const char *model, const char *kv, int int8)
 {
     char fmt[2048];
-    snprintf(fmt, sizeof fmt, "STRATA_MATMUL_F32=%d '%s' perplexity -m '%s' -f '%s/" TEXT
+    snprintf(fmt, sizeof fmt, "STRATA_MATMUL_F32=%d STRATA_MATMUL_ACT=8 '%s' perplexity -m '%s' -f '%s/" TEXT
              "' -c 256 --kv %s >'%%s' 2>&1", !int8, cli, model, test_root(), kv);
     const char *log = test_fixture_cmd("ppl.txt", fmt);
     char *out = NULL;

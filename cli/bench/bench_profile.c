@@ -197,7 +197,9 @@ int bench_profile(int argc, char **argv)
     if (!rc) {
         printf("model %s, CPU backend, %d threads, kv %s, %s activations\n", o.ep.model_path,
                tp_threads(), strata_kv_name(strata_kv_type(e)),
-               cpu_matmul_int8_activations() ? "int8" : "float");
+               cpu_matmul_int8_activations() == 2   ? "16-bit"
+               : cpu_matmul_int8_activations() ? "int8"
+                                               : "float");
         report(&pr, &de, strata_model(e)->output.type);
     } else {
         fprintf(stderr, "strata-cli bench --profile: %s\n", err.msg);

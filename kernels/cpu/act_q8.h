@@ -22,7 +22,20 @@
  * odd sub-blocks apart), plus the s terms summed apart: the same
  * operations whatever n or the thread, so the invariance rule holds.  The
  * scalar, AVX2 and AVX512-VNNI twins do the same operations in the same
- * order and agree bit for bit (dot_q8_tile_avx2.c). */
+ * order and agree bit for bit (dot_q8_tile_avx2.c).
+ *
+ * Sixteen-bit activations (act_q16, act_q16_quantize, the q16 kernels):
+ * blocks of 32 int16 codes v = 256 q + lo, x ~ d v, so a code has 2^-8 of
+ * the int8 step.  q is the int8 code of the recipe above; lo the rounded
+ * remainder nearbyint(256 (x / d8 - q)), d8 = max|x| / 127, clamped to
+ * +-127; d = d8 / 256 and s = d * sum(v).  A kernel widens the decoded
+ * weight sub-block to int16 once (Q6_K: times its per-16 scales) and dots
+ * it with the codes in int16 pairs (madd / VNNI's dpwssd): lane k of the
+ * int32 dot holds elements 2k, 2k+1, 16+2k, 17+2k, exact (at most 2^29);
+ * the float factors, accumulators and reduction are the int8 kernels'.
+ * Int8 activations move a 135M model's logits by ~1e-2 relative, enough
+ * to flip its greedy answers; 16 bits leave them where float activations
+ * do (doc/cpu.md). */
 #ifndef STRATA_ACT_Q8_H
 #define STRATA_ACT_Q8_H
 
@@ -35,9 +48,18 @@ typedef struct act_q8 {
     int8_t q[32];
 } act_q8;
 
+typedef struct act_q16 {
+    float d;       /* scale of the 16-bit codes */
+    float s;       /* d * sum(v) */
+    int16_t v[32]; /* 256 q + lo, |v| <= 32639 */
+} act_q16;
+
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
 void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
+/* The 16-bit codes. */
+void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq);
+void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq); /* same bits */
 
 typedef void (*q8_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
                            const act_q8 *x, int64_t n, float *y, int64_t ystride);
@@ -50,14 +72,26 @@ q8_rows_fn q8_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
  * 256-bit registers): the same bits as q8_rows_avx2; call only where
  * fast_cpu_vnni_ok().  Functions compiled for it are named *_avx512. */
 q8_rows_fn q8_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* The kernels of the 16-bit codes (the same types; twins as above, the
+ * VNNI one with dpwssd). */
+typedef void (*q16_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                            const act_q16 *x, int64_t n, float *y, int64_t ystride);
+q16_rows_fn q16_rows_scalar(int type); /* dot_q8_scalar.c */
+q16_rows_fn q16_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
+q16_rows_fn q16_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
 /* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
 int fast_cpu_vnni_ok(void);
 
 /* Whether cpu_matmul_fast quantizes activations (on a CPU with AVX2; the
- * plain C twins are the tests' reference): -1 the default (yes, unless
- * STRATA_MATMUL_F32=1), 0 float activations everywhere, 1 int8 where a
- * kernel exists.  Returns the setting in effect.  For tests and
- * benchmarks; call it while no matmul runs. */
+ * plain C twins are the tests' reference): -1 the default (CPU_ACT_DEFAULT
+ * unless STRATA_MATMUL_F32=1 or STRATA_MATMUL_ACT=8|16), 0 float
+ * activations everywhere, 1 int8 where a kernel exists, 2 the 16-bit
+ * codes there.  Returns the setting in effect.  For tests and benchmarks;
+ * call it while no matmul runs. */
+#define CPU_ACT_F32 0
+#define CPU_ACT_Q8 1
+#define CPU_ACT_Q16 2
+#define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
 
 #endif

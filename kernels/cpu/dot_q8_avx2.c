@@ -1,4 +1,5 @@
-/* dot_q8_avx2.c: the AVX2 twin of act_q8_quantize (kernels/cpu/act_q8.h);
+/* dot_q8_avx2.c: the AVX2 twins of act_q8_quantize and act_q16_quantize
+ * (kernels/cpu/act_q8.h);
  * the int8-activation kernels are in dot_q8_tile_avx2.c.
  *
  * Every function here is compiled for AVX2/FMA/F16C and named *_avx2 (the
@@ -51,11 +52,63 @@ AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
     }
 }
 
+/* act_q16_quantize's twin: the codes q as above, the remainders lo from
+ * the same products t, v = 256 q + lo in int32, packed to int16. */
+AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f),
+                 hi = _mm256_set1_ps(127.0f), k256 = _mm256_set1_ps(256.0f);
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m */
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        const __m256 idv = _mm256_set1_ps(id);
+        __m256i q[4], sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            const __m256 t = _mm256_mul_ps(v[k], idv);
+            __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q)); /* NaN -> 0 */
+            r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+            __m256 e = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(t, r), k256),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            e = _mm256_and_ps(e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
+            e = _mm256_min_ps(_mm256_max_ps(e, lo), hi);
+            q[k] = _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtps_epi32(r), 8),
+                                    _mm256_cvtps_epi32(e));
+            sum = _mm256_add_epi32(sum, q[k]);
+        }
+        /* packs interleaves the 128-bit lanes of its two inputs; the
+         * permute puts the four quarters back in order */
+        _mm256_storeu_si256((__m256i *)xq[b].v,
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+        _mm256_storeu_si256((__m256i *)(xq[b].v + 16),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        xq[b].d = d * (1.0f / 256.0f);
+        xq[b].s = xq[b].d * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
 #else /* not x86-64 */
 
 void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
 {
     act_q8_quantize(x, cols, xq);
+}
+
+void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
+{
+    act_q16_quantize(x, cols, xq);
 }
 
 #endif

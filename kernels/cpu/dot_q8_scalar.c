@@ -34,6 +34,31 @@ void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq)
     }
 }
 
+void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq)
+{
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const float t = xb[j] * id;
+            float r = nearbyintf(t);
+            r = r == r ? (r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r) : 0.0f;
+            /* t - r is exact (r is t's nearest integer, or t is out of
+             * range and r its bound); the remainder in 256ths of a step */
+            float l = nearbyintf((t - r) * 256.0f);
+            l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
+            xq[b].v[j] = (int16_t)(256 * (int)r + (int)l);
+            sum += xq[b].v[j];
+        }
+        xq[b].d = d * (1.0f / 256.0f);
+        xq[b].s = xq[b].d * (float)sum;
+    }
+}
+
 static uint16_t ld16(const uint8_t *p)
 {
     uint16_t v;
@@ -137,27 +162,28 @@ static float hsum8(const float *a)
  * one by one: lane k of an accumulator takes codes 4k..4k+3 of a
  * sub-block (times the multiplier of their half), fused-multiply-added
  * with dw * d_x; even and odd sub-blocks have accumulators of their own
- * (two FMA chains for a single row), and so have the s terms. */
-#define DEFINE_Q8_ROWS_SCALAR(NAME)                                                         \
-    static void q8rows_##NAME(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
-                              int64_t cols, const act_q8 *x, int64_t n, float *y,           \
+ * (two FMA chains for a single row), and so have the s terms.  With the
+ * 16-bit codes (q16rows_*) lane k takes elements 2k, 2k+1, 16 + 2k and
+ * 17 + 2k, each weight times the multiplier of its half (the int16 pairs
+ * of the tiles' madd / dpwssd). */
+#define DEFINE_Q8_ROWS_SCALAR(NAME, PRE, LO)                                                \
+    static void PRE##rows_##NAME##_c(const uint8_t *w, size_t row_bytes, int64_t nrows,            \
+                              int64_t cols, const act_##PRE *x, int64_t n, float *y,        \
                               int64_t ystride)                                              \
     {                                                                                       \
         const int64_t nsub = cols / 32;                                                     \
         for (int64_t r = 0; r < nrows; r++) {                                               \
             const uint8_t *row = w + r * row_bytes;                                         \
             for (int64_t i = 0; i < n; i++) {                                               \
-                const act_q8 *xi = x + i * nsub;                                            \
+                const act_##PRE *xi = x + i * nsub;                                         \
                 float acc[2][8] = {{0}}, corr[2] = {0}, sum[8];                             \
                 for (int64_t s = 0; s < nsub; s++) {                                        \
                     wblk b;                                                                 \
                     blk_##NAME(row, s, &b);                                                 \
                     const float f = b.dw * xi[s].d;                                         \
                     for (int k = 0; k < 8; k++) {                                           \
-                        int p = 0;                                                          \
-                        for (int j = 4 * k; j < 4 * k + 4; j++)                             \
-                            p += b.w[j] * xi[s].q[j];                                       \
-                        acc[s & 1][k] = fmaf((float)(p * b.mul[k / 4]), f, acc[s & 1][k]);  \
+                        const int p = Q8_LANE_##PRE(b, xi[s], k);                           \
+                        acc[s & 1][k] = fmaf((float)p, f, acc[s & 1][k]);                   \
                     }                                                                       \
                     corr[s & 1] = fmaf(b.cw, xi[s].s, corr[s & 1]);                         \
                 }                                                                           \
@@ -168,22 +194,58 @@ static float hsum8(const float *a)
         }                                                                                   \
     }
 
-DEFINE_Q8_ROWS_SCALAR(q4_0)
-DEFINE_Q8_ROWS_SCALAR(q4_1)
-DEFINE_Q8_ROWS_SCALAR(q5_0)
-DEFINE_Q8_ROWS_SCALAR(q8_0)
-DEFINE_Q8_ROWS_SCALAR(q4_k)
-DEFINE_Q8_ROWS_SCALAR(q6_k)
+/* Lane k's exact integer dot. */
+static inline int lane_q8(const wblk *b, const act_q8 *x, int k)
+{
+    int p = 0;
+    for (int j = 4 * k; j < 4 * k + 4; j++)
+        p += b->w[j] * x->q[j];
+    return p * b->mul[k / 4];
+}
+
+static inline int lane_q16(const wblk *b, const act_q16 *x, int k)
+{
+    static const int el[4] = {0, 1, 16, 17};
+    int p = 0;
+    for (int e = 0; e < 4; e++) {
+        const int j = 2 * k + el[e];
+        p += b->w[j] * b->mul[j / 16] * x->v[j];
+    }
+    return p;
+}
+#define Q8_LANE_q8(B, X, K) lane_q8(&(B), &(X), K)
+#define Q8_LANE_q16(B, X, K) lane_q16(&(B), &(X), K)
+
+#define DEFINE_BOTH(NAME) DEFINE_Q8_ROWS_SCALAR(NAME, q8, 0) DEFINE_Q8_ROWS_SCALAR(NAME, q16, 1)
+DEFINE_BOTH(q4_0)
+DEFINE_BOTH(q4_1)
+DEFINE_BOTH(q5_0)
+DEFINE_BOTH(q8_0)
+DEFINE_BOTH(q4_k)
+DEFINE_BOTH(q6_k)
 
 q8_rows_fn q8_rows_scalar(int type)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return q8rows_q4_0;
-    case GGML_TYPE_Q4_1: return q8rows_q4_1;
-    case GGML_TYPE_Q5_0: return q8rows_q5_0;
-    case GGML_TYPE_Q8_0: return q8rows_q8_0;
-    case GGML_TYPE_Q4_K: return q8rows_q4_k;
-    case GGML_TYPE_Q6_K: return q8rows_q6_k;
+    case GGML_TYPE_Q4_0: return q8rows_q4_0_c;
+    case GGML_TYPE_Q4_1: return q8rows_q4_1_c;
+    case GGML_TYPE_Q5_0: return q8rows_q5_0_c;
+    case GGML_TYPE_Q8_0: return q8rows_q8_0_c;
+    case GGML_TYPE_Q4_K: return q8rows_q4_k_c;
+    case GGML_TYPE_Q6_K: return q8rows_q6_k_c;
+    default: return NULL;
+    }
+}
+
+q16_rows_fn q16_rows_scalar(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_c;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_c;
+    case GGML_TYPE_Q5_0: return q16rows_q5_0_c;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_c;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_c;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_c;
     default: return NULL;
     }
 }

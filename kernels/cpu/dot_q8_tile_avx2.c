@@ -1,7 +1,11 @@
 /* dot_q8_tile_avx2.c: the int8-activation kernels (kernels/cpu/act_q8.h) in
  * tiles of R weight rows by C activation rows, in two twins: AVX2
  * (maddubs + madd, functions *_avx2) and AVX512-VNNI (dpbusd on 256-bit
- * registers, functions *_avx512); the same integers, the same bits.
+ * registers, functions *_avx512); the same integers, the same bits.  Each
+ * comes for the int8 codes (q8rows_*) and for the 16-bit codes (q16rows_*,
+ * act_q16): those widen the decoded weight sub-block to int16 once
+ * (Q8_WIDEN) and dot it with madd (AVX2) or dpwssd (VNNI) in int16 pairs;
+ * the rest is shared.
  *
  * Inside a tile each 32-weight sub-block of a weight row is decoded once
  * (dot_q8_avx2.h) and met by the C activation rows' codes.  C is 8 (then
@@ -71,17 +75,24 @@ typedef struct q8_acc {
     float c1[2][Q8_RMAX]; /* the s terms with one activation row */
 } q8_acc;
 
-AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, int64_t s0,
-                                   int64_t s1, q8_col *xc)
-{
-    for (int64_t s = s0; s < s1; s++) {
-        q8_col *c = xc + (s - s0);
-        for (int t = 0; t < 8; t++) {
-            c->d[t] = t < nt ? x[t * nsub + s].d : 0.0f;
-            c->s[t] = t < nt ? x[t * nsub + s].s : 0.0f;
-        }
+#define DEFINE_COLS_FILL(PRE)                                                               \
+    AVX2_INLINE void PRE##_cols_fill_avx2(const act_##PRE *x, int64_t nsub, int64_t nt,     \
+                                          int64_t s0, int64_t s1, q8_col *xc)               \
+    {                                                                                       \
+        for (int64_t s = s0; s < s1; s++) {                                                 \
+            q8_col *c = xc + (s - s0);                                                      \
+            for (int t = 0; t < 8; t++) {                                                   \
+                c->d[t] = t < nt ? x[t * nsub + s].d : 0.0f;                                \
+                c->s[t] = t < nt ? x[t * nsub + s].s : 0.0f;                                \
+            }                                                                               \
+        }                                                                                   \
     }
-}
+DEFINE_COLS_FILL(q8)
+DEFINE_COLS_FILL(q16)
+
+/* Which kernels read 16-bit codes. */
+#define Q8_LO_q8 0
+#define Q8_LO_q16 1
 
 /* The factors of a sub-block for weight row r: fb[r][t] = dw * d_x[t] and
  * corr[r] += cw * s_x (lane t: activation row t); with one activation row
@@ -98,14 +109,36 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 
 /* The dots of sub-block S: every activation row of the tile against every
  * decoded weight row (wv codes, wa their magnitudes, mul the multipliers). */
-#define Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                                       \
+#define Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, S, K)                                         \
     _Pragma("GCC unroll 8") for (int t = 0; t < C; t++) {                                   \
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)x[t * nsub + (S)].q);        \
+        const __m256i xv = Q8_LOADX(LO, x[t * nsub + (S)], 0);                              \
+        const __m256i x1 = Q8_LOADX(LO, x[t * nsub + (S)], 1);                              \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
-            const __m256i xr = SIGNED ? _mm256_sign_epi8(xv, wv[r]) : xv;                   \
-            const __m256i p = Q8_IDOT_##ISA(wa[r], xr, mul[r], MULQ);                       \
+            const __m256i xr = SIGNED && !LO ? _mm256_sign_epi8(xv, wv[r]) : xv;            \
+            const __m256i p = LO ? Q16_IDOT_##ISA(w16[r][0], w16[r][1], xv, x1)             \
+                                 : Q8_IDOT_##ISA(wa[r], xr, mul[r], MULQ);                  \
             const __m256 f = C == 1 ? _mm256_set1_ps(fs[r]) : _mm256_broadcast_ss(&fb[r][t]); \
             acc[K][r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[K][r][t]);         \
+        }                                                                                   \
+    }
+
+/* An activation block's codes: the int8 ones in one register (H unused),
+ * or half H of the 16-bit ones (elements 16 H .. 16 H + 15). */
+#define Q8_LOADX(LO, B, H)                                                                  \
+    (LO ? _mm256_loadu_si256((const __m256i *)(Q8_V16(B) + 16 * (H)))                       \
+        : _mm256_loadu_si256((const __m256i *)Q8_V8(B)))
+
+/* The decoded weight sub-block w (bytes) widened to two registers of 16
+ * int16 (elements 0..15, 16..31), each half times its multiplier (Q6_K's
+ * per-16 scales: mul's low and high 128 bits), for the 16-bit codes. */
+#define Q8_WIDEN(SIGNED, MULQ, W, MUL, OUT)                                                 \
+    {                                                                                       \
+        const __m128i w0_ = _mm256_castsi256_si128(W), w1_ = _mm256_extracti128_si256(W, 1); \
+        OUT[0] = SIGNED ? _mm256_cvtepi8_epi16(w0_) : _mm256_cvtepu8_epi16(w0_);            \
+        OUT[1] = SIGNED ? _mm256_cvtepi8_epi16(w1_) : _mm256_cvtepu8_epi16(w1_);            \
+        if (MULQ) {                                                                         \
+            OUT[0] = _mm256_mullo_epi16(OUT[0], _mm256_permute4x64_epi64(MUL, 0x44));       \
+            OUT[1] = _mm256_mullo_epi16(OUT[1], _mm256_permute4x64_epi64(MUL, 0xee));       \
         }                                                                                   \
     }
 
@@ -146,44 +179,46 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 
 /* One pass of an R x C tile (function q8t_NAME_TAG_C) over sub-blocks
  * s0..s1 of the 32-weight types; xc holds the activation scales of s0.. */
-#define DEFINE_Q8T(NAME, SIGNED, MULQ, ISA, TAG, R, C)                                      \
-    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+#define DEFINE_Q8T(NAME, SIGNED, MULQ, PRE, ISA, TAG, R, C)                                 \
+    Q8_INLINE_##ISA void q8t_##NAME##_##PRE##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
                                                      int64_t s1, int64_t nsub,              \
-                                                     const act_q8 *x, const q8_col *xc,     \
+                                                     const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
         Q8T_LOAD(R, C)                                                                      \
         int64_t s = s0;                                                                     \
         for (; s + 1 < s1; s += 2) {                                                        \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s + 1, 1)                              \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, 0)                                  \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s + 1, 1)                              \
         }                                                                                   \
         if (s < s1) {                                                                       \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, s, 0)                                  \
+            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, 0)                                  \
         }                                                                                   \
         Q8T_STORE(R, C)                                                                     \
     }
 
 /* Sub-block S (of parity K) of a 32-weight type. */
-#define Q8T_BLOCK(NAME, SIGNED, MULQ, ISA, R, C, S, K)                                               \
+#define Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, S, K)                                               \
     {                                                                                       \
-        __m256i wv[R], wa[R], mul[R];                                                       \
+        __m256i wv[R], wa[R], mul[R], w16[R][2];                                            \
         float fb[R][8], fs[R];                                                              \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
             float dw, cw;                                                                   \
             dq8_##NAME##_avx2(w + r * rb, S, &wv[r], &mul[r], &dw, &cw);                    \
             wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                        \
+            if (LO)                                                                         \
+                Q8_WIDEN(SIGNED, MULQ, wv[r], mul[r], w16[r])                               \
             Q8T_FACTORS(C, r, dw, cw, S, K)                                                 \
         }                                                                                   \
-        Q8T_DOTS(SIGNED, MULQ, ISA, R, C, S, K)                                             \
+        Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, S, K)                                         \
     }
 
 /* The same for the 256-weight types: each row's super-block scales are
  * unpacked once (prep), then its 8 sub-blocks decoded with ib a constant. */
-#define DEFINE_Q8T_SB(NAME, BYTES, SIGNED, MULQ, ISA, TAG, R, C)                            \
-    Q8_INLINE_##ISA void q8t_##NAME##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+#define DEFINE_Q8T_SB(NAME, BYTES, SIGNED, MULQ, PRE, ISA, TAG, R, C)                       \
+    Q8_INLINE_##ISA void q8t_##NAME##_##PRE##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
                                                      int64_t s1, int64_t nsub,              \
-                                                     const act_q8 *x, const q8_col *xc,     \
+                                                     const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
         Q8T_LOAD(R, C)                                                                      \
@@ -193,15 +228,17 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
                 prep_##NAME##_avx2(w + r * rb + sb * (BYTES), &pp[r]);                      \
             _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {                        \
                 const int64_t s = 8 * sb + ib;                                              \
-                __m256i wv[R], wa[R], mul[R];                                               \
+                __m256i wv[R], wa[R], mul[R], w16[R][2];                                    \
                 float fb[R][8], fs[R];                                                      \
                 _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                       \
                     wv[r] = sub_##NAME##_avx2(w + r * rb + sb * (BYTES), ib);               \
                     wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                \
                     mul[r] = pp[r].mul[ib];                                                 \
+                    if (Q8_LO_##PRE)                                                        \
+                        Q8_WIDEN(SIGNED, MULQ, wv[r], mul[r], w16[r])                       \
                     Q8T_FACTORS(C, r, pp[r].dw[ib], pp[r].cw[ib], s, ib & 1)                \
                 }                                                                           \
-                Q8T_DOTS(SIGNED, MULQ, ISA, R, C, s, ib & 1)                                \
+                Q8T_DOTS(SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, ib & 1)                   \
             }                                                                               \
         }                                                                                   \
         Q8T_STORE(R, C)                                                                     \
@@ -222,15 +259,15 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
  * numbers when the body uses them) */
 #define Q8T_DEF(DEF, TAG, R, C, ...) DEF(__VA_ARGS__, TAG, R, C)
 
-#define Q8T_CALL(NAME, ISA, TAG, C)                                                         \
-    q8t_##NAME##_##TAG##_##C##_##ISA(wr, rb, s0, s1, nsub, xt, xc, &st, yt + r0, ystride)
+#define Q8T_CALL(NAME, PRE, ISA, TAG, C)                                                    \
+    q8t_##NAME##_##PRE##_##TAG##_##C##_##ISA(wr, rb, s0, s1, nsub, xt, xc, &st, yt + r0, ystride)
 
 /* Activation rows in tiles of 8, 4, 2, 1 (at most Q8_CMAX), the weight
  * rows in tiles of R within each, the columns in passes of Q8_CHUNK
  * sub-blocks. */
-#define DEFINE_Q8_ROWS_LOOP(NAME, ISA)                                                      \
-    Q8_FN_##ISA void q8rows_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,      \
-                                             int64_t cols, const act_q8 *x, int64_t n,      \
+#define DEFINE_Q8_ROWS_LOOP(NAME, PRE, ISA)                                                 \
+    Q8_FN_##ISA void PRE##rows_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,      \
+                                             int64_t cols, const act_##PRE *x, int64_t n,   \
                                              float *y, int64_t ystride)                     \
     {                                                                                       \
         const int64_t nsub = cols / 32;                                                     \
@@ -242,10 +279,10 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
             const int64_t left = n - i0;                                                    \
             nt = left >= 8 && Q8_CMAX >= 8 ? 8 : left >= 4 && Q8_CMAX >= 4 ? 4             \
                  : left >= 2 ? 2 : 1;                                                       \
-            const act_q8 *xt = x + i0 * nsub;                                               \
+            const act_##PRE *xt = x + i0 * nsub;                                            \
             float *yt = y + i0 * ystride;                                                   \
             if (one_pass && nt > 1)                                                         \
-                q8_cols_fill_avx2(xt, nsub, nt, 0, nsub, xc);                               \
+                PRE##_cols_fill_avx2(xt, nsub, nt, 0, nsub, xc);                            \
             const int64_t R = nt == 1 ? Q8_RDECODE : Q8_RPROMPT;                            \
             for (int64_t r0 = 0; r0 < nrows;) {                                             \
                 const int64_t nr = nrows - r0 >= R ? R : 1;                                 \
@@ -253,20 +290,20 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
                 for (int64_t s0 = 0; s0 < nsub; s0 += Q8_CHUNK) {                           \
                     const int64_t s1 = nsub - s0 < Q8_CHUNK ? nsub : s0 + Q8_CHUNK;         \
                     if (!one_pass && nt > 1)                                                \
-                        q8_cols_fill_avx2(xt, nsub, nt, s0, s1, xc);                        \
+                        PRE##_cols_fill_avx2(xt, nsub, nt, s0, s1, xc);                     \
                     if (nr == R) {                                                          \
                         switch (nt) {                                                       \
-                        case 8: Q8T_CALL(NAME, ISA, full, 8); break;                             \
-                        case 4: Q8T_CALL(NAME, ISA, full, 4); break;                             \
-                        case 2: Q8T_CALL(NAME, ISA, full, 2); break;                             \
-                        default: Q8T_CALL(NAME, ISA, full, 1); break;                            \
+                        case 8: Q8T_CALL(NAME, PRE, ISA, full, 8); break;                             \
+                        case 4: Q8T_CALL(NAME, PRE, ISA, full, 4); break;                             \
+                        case 2: Q8T_CALL(NAME, PRE, ISA, full, 2); break;                             \
+                        default: Q8T_CALL(NAME, PRE, ISA, full, 1); break;                            \
                         }                                                                   \
                     } else {                                                                \
                         switch (nt) {                                                       \
-                        case 8: Q8T_CALL(NAME, ISA, one, 8); break;                              \
-                        case 4: Q8T_CALL(NAME, ISA, one, 4); break;                              \
-                        case 2: Q8T_CALL(NAME, ISA, one, 2); break;                              \
-                        default: Q8T_CALL(NAME, ISA, one, 1); break;                             \
+                        case 8: Q8T_CALL(NAME, PRE, ISA, one, 8); break;                              \
+                        case 4: Q8T_CALL(NAME, PRE, ISA, one, 4); break;                              \
+                        case 2: Q8T_CALL(NAME, PRE, ISA, one, 2); break;                              \
+                        default: Q8T_CALL(NAME, PRE, ISA, one, 1); break;                             \
                         }                                                                   \
                     }                                                                       \
                 }                                                                           \
@@ -275,13 +312,108 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
         }                                                                                   \
     }
 
-#define DEFINE_Q8_ROWS(NAME, SIGNED, ISA)                                                   \
-    DEFINE_Q8T_SET(DEFINE_Q8T, NAME, SIGNED, 0, ISA)                                        \
-    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+#define DEFINE_Q8_ROWS(NAME, SIGNED, PRE, ISA)                                              \
+    DEFINE_Q8T_SET(DEFINE_Q8T, NAME, SIGNED, 0, PRE, ISA)                                   \
+    DEFINE_Q8_ROWS_LOOP(NAME, PRE, ISA)
 
-#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED, MULQ, ISA)                                   \
-    DEFINE_Q8T_SET(DEFINE_Q8T_SB, NAME, BYTES, SIGNED, MULQ, ISA)                           \
-    DEFINE_Q8_ROWS_LOOP(NAME, ISA)
+#define DEFINE_Q8_ROWS_SB(NAME, BYTES, SIGNED, MULQ, PRE, ISA)                              \
+    DEFINE_Q8T_SET(DEFINE_Q8T_SB, NAME, BYTES, SIGNED, MULQ, PRE, ISA)                      \
+    DEFINE_Q8_ROWS_LOOP(NAME, PRE, ISA)
+
+/* ---- weights decoded ahead (16-bit codes, a prompt) ---------------------
+ * In a prompt every 32-weight sub-block is met by n / 8 tiles of
+ * activation rows, and the tiles above decode it again for each (the
+ * nibble and high-bit unpacking, the widening to int16: a third of a
+ * tile's instructions).  With at least Q16_PRE_MIN_N activation rows, a
+ * rows call of Q5_0 first decodes its weight rows, up to
+ * Q16_PRE_ROWS at a time, into q16_wpre records (the widened int16 codes
+ * and the two float factors, made by the same decoder and Q8_WIDEN), and
+ * the tiles then read them (Q8T_BLOCK_PRE).  The integers, factors and
+ * operations are those of the tiles that decode, so the bits are too
+ * (matvec_q8, tiles_match_the_c_twin_bitwise, n up to 27).  Measured
+ * (one core, Q5_0 896 x 896, n = 128): 29.8 -> 32.0 GMAC/s; not more,
+ * because the tile is bound by its multiplies (two madd / dpwssd and an
+ * FMA per 32 products and activation row), not by the decode.  Only
+ * Q5_0 (the costliest decode: its fifth bits) takes this path: Q8_0,
+ * whose decode is a load, gained nothing (31.7 -> 31.5) and Q4_1 lost
+ * (the demo model's prompt 191 -> 174 tok/s: 72 stored bytes per 32
+ * weights read back cost more than unpacking 20). */
+typedef struct q16_wpre {
+    int16_t v[32];
+    float dw, cw;
+} q16_wpre;
+#define Q16_PRE_MIN_N 16    /* at least two tiles of 8 activation rows */
+#define Q16_PRE_ROWS 16     /* weight rows decoded at a time */
+#define Q16_PRE_MAX_SUB 64  /* longer rows (over 2048 columns) decode in the tiles */
+
+#define Q8T_BLOCK_PRE(ISA, R, C, S, K)                                                      \
+    {                                                                                       \
+        __m256i wv[R], wa[R], mul[R], w16[R][2];                                            \
+        float fb[R][8], fs[R];                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            const q16_wpre *p_ = (const q16_wpre *)(w + r * rb) + (S);                      \
+            wv[r] = wa[r] = mul[r] = _mm256_setzero_si256(); /* (the int8 branch's) */       \
+            w16[r][0] = _mm256_loadu_si256((const __m256i *)p_->v);                         \
+            w16[r][1] = _mm256_loadu_si256((const __m256i *)(p_->v + 16));                  \
+            Q8T_FACTORS(C, r, p_->dw, p_->cw, S, K)                                         \
+        }                                                                                   \
+        Q8T_DOTS(0, 0, 1, ISA, R, C, S, K)                                                  \
+    }
+
+#define DEFINE_Q8T_PRE(PRE, ISA, TAG, R, C)                                                 \
+    Q8_INLINE_##ISA void q8t_pre_##PRE##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
+                                                     int64_t s1, int64_t nsub,              \
+                                                     const act_##PRE *x, const q8_col *xc,  \
+                                                     q8_acc *st, float *y, int64_t ystride) \
+    {                                                                                       \
+        Q8T_LOAD(R, C)                                                                      \
+        int64_t s = s0;                                                                     \
+        for (; s + 1 < s1; s += 2) {                                                        \
+            Q8T_BLOCK_PRE(ISA, R, C, s, 0)                                                  \
+            Q8T_BLOCK_PRE(ISA, R, C, s + 1, 1)                                              \
+        }                                                                                   \
+        if (s < s1) {                                                                       \
+            Q8T_BLOCK_PRE(ISA, R, C, s, 0)                                                  \
+        }                                                                                   \
+        Q8T_STORE(R, C)                                                                     \
+    }
+
+/* The decode (the tiles' decoder and widening, stored) and the rows entry
+ * of a 32-weight type on the 16-bit codes. */
+#define DEFINE_Q16_ROWS_PRE(NAME, SIGNED, ISA)                                              \
+    Q8_FN_##ISA void q16rowsp_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,    \
+                                             int64_t cols, const act_q16 *x, int64_t n,     \
+                                             float *y, int64_t ystride)                     \
+    {                                                                                       \
+        const int64_t nsub = cols / 32;                                                     \
+        if (n < Q16_PRE_MIN_N || nsub > Q16_PRE_MAX_SUB) {                                  \
+            q16rows_##NAME##_##ISA(w, rb, nrows, cols, x, n, y, ystride);                   \
+            return;                                                                         \
+        }                                                                                   \
+        q16_wpre pre[Q16_PRE_ROWS * Q16_PRE_MAX_SUB];                                       \
+        for (int64_t r0 = 0; r0 < nrows; r0 += Q16_PRE_ROWS) {                              \
+            const int64_t nr = nrows - r0 < Q16_PRE_ROWS ? nrows - r0 : Q16_PRE_ROWS;       \
+            for (int64_t r = 0; r < nr; r++)                                                \
+                for (int64_t s = 0; s < nsub; s++) {                                        \
+                    __m256i wv, mul, w16[2];                                                \
+                    float dw, cw;                                                           \
+                    dq8_##NAME##_avx2(w + (r0 + r) * rb, s, &wv, &mul, &dw, &cw);           \
+                    Q8_WIDEN(SIGNED, 0, wv, mul, w16)                                       \
+                    q16_wpre *p_ = pre + r * nsub + s;                                      \
+                    _mm256_storeu_si256((__m256i *)p_->v, w16[0]);                          \
+                    _mm256_storeu_si256((__m256i *)(p_->v + 16), w16[1]);                   \
+                    p_->dw = dw;                                                            \
+                    p_->cw = cw;                                                            \
+                }                                                                           \
+            q16rows_pre_##ISA((const uint8_t *)pre, (size_t)nsub * sizeof *pre, nr, cols,   \
+                              x, n, y + r0, ystride);                                       \
+        }                                                                                   \
+    }
+
+#define DEFINE_Q16_PRE_ALL(ISA)                                                             \
+    DEFINE_Q8T_SET(DEFINE_Q8T_PRE, q16, ISA)                                                \
+    DEFINE_Q8_ROWS_LOOP(pre, q16, ISA)                                                      \
+    DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA)
 
 /* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
  * times the multiplier of their half of 16 when the type has one, MULQ):
@@ -294,6 +426,22 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
     (MULQ ? _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR),         \
                                _mm256_madd_epi16(MUL, _mm256_set1_epi32(1)))                \
           : _mm256_dpbusd_epi32(_mm256_setzero_si256(), WA, XR))
+/* The 16-bit codes: the widened weights (W0: elements 0..15, W1: 16..31)
+ * times the codes in int16 pairs, lane k = elements 2k, 2k+1, 16 + 2k,
+ * 17 + 2k; exact in int32 (a lane is at most 4 * 4096 * 32639 < 2^29:
+ * Q6_K's code times its scale is at most 32 * 128).  AVX2 adds two madds;
+ * VNNI lets the second dpwssd add into the first. */
+#define Q16_IDOT_avx2(W0, W1, X0, X1)                                                       \
+    _mm256_add_epi32(_mm256_madd_epi16(W0, X0), _mm256_madd_epi16(W1, X1))
+#define Q16_IDOT_avx512(W0, W1, X0, X1)                                                     \
+    _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), W0, X0), W1, X1)
+
+/* (the field a block type's codes sit in, for Q8_LOADX: the branch not
+ * taken must still compile) */
+#define Q8_V16(B) Q8_V16_(&(B))
+#define Q8_V8(B) Q8_V8_(&(B))
+static inline const int16_t *Q8_V16_(const void *b) { return ((const act_q16 *)b)->v; }
+static inline const int8_t *Q8_V8_(const void *b) { return ((const act_q8 *)b)->q; }
 
 #define Q8_INLINE_avx2 AVX2_INLINE
 #define Q8_FN_avx2 AVX2_FN static
@@ -301,16 +449,20 @@ AVX2_INLINE void q8_cols_fill_avx2(const act_q8 *x, int64_t nsub, int64_t nt, in
 #define Q8_INLINE_avx512 static inline __attribute__((always_inline, target(Q8_TARGET_avx512)))
 #define Q8_FN_avx512 __attribute__((target(Q8_TARGET_avx512))) static
 
-#define DEFINE_Q8_ALL(ISA)                                                                  \
-    DEFINE_Q8_ROWS(q4_0, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q4_1, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q5_0, 0, ISA)                                                            \
-    DEFINE_Q8_ROWS(q8_0, 1, ISA)                                                            \
-    DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0, 0, ISA)                                  \
-    DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1, 1, ISA)
+#define DEFINE_Q8_ALL(PRE, ISA)                                                             \
+    DEFINE_Q8_ROWS(q4_0, 0, PRE, ISA)                                                       \
+    DEFINE_Q8_ROWS(q4_1, 0, PRE, ISA)                                                       \
+    DEFINE_Q8_ROWS(q5_0, 0, PRE, ISA)                                                       \
+    DEFINE_Q8_ROWS(q8_0, 1, PRE, ISA)                                                       \
+    DEFINE_Q8_ROWS_SB(q4_k, sizeof(block_q4_k), 0, 0, PRE, ISA)                             \
+    DEFINE_Q8_ROWS_SB(q6_k, sizeof(block_q6_k), 1, 1, PRE, ISA)
 
-DEFINE_Q8_ALL(avx2)
-DEFINE_Q8_ALL(avx512)
+DEFINE_Q8_ALL(q8, avx2)
+DEFINE_Q8_ALL(q8, avx512)
+DEFINE_Q8_ALL(q16, avx2)
+DEFINE_Q8_ALL(q16, avx512)
+DEFINE_Q16_PRE_ALL(avx2)
+DEFINE_Q16_PRE_ALL(avx512)
 
 int fast_cpu_vnni_ok(void)
 {
@@ -332,6 +484,19 @@ q8_rows_fn q8_rows_avx512(int type)
     }
 }
 
+q16_rows_fn q16_rows_avx512(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx512;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx512;
+    case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx512;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_avx512;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_avx512;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_avx512;
+    default: return NULL;
+    }
+}
+
 q8_rows_fn q8_rows_avx2(int type)
 {
     switch (type) {
@@ -345,6 +510,19 @@ q8_rows_fn q8_rows_avx2(int type)
     }
 }
 
+q16_rows_fn q16_rows_avx2(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return q16rows_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx2;
+    case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx2;
+    case GGML_TYPE_Q8_0: return q16rows_q8_0_avx2;
+    case GGML_TYPE_Q4_K: return q16rows_q4_k_avx2;
+    case GGML_TYPE_Q6_K: return q16rows_q6_k_avx2;
+    default: return NULL;
+    }
+}
+
 #else /* not x86-64 */
 
 q8_rows_fn q8_rows_avx2(int type)
@@ -354,6 +532,18 @@ q8_rows_fn q8_rows_avx2(int type)
 }
 
 q8_rows_fn q8_rows_avx512(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+q16_rows_fn q16_rows_avx2(int type)
+{
+    (void)type;
+    return NULL;
+}
+
+q16_rows_fn q16_rows_avx512(int type)
 {
     (void)type;
     return NULL;

@@ -7,12 +7,12 @@
  *    slows threads unevenly); small products stay on the calling thread,
  *    where waking a worker would cost more than it saves.
  *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
- *    quantized once per call to int8 blocks of 32 (act_q8.h) and the
- *    weights are dotted against the codes in integers, in tiles of up to
- *    8 activation rows (dot_q8_tile_avx2.c; with AVX512-VNNI its dpbusd
- *    twins, the same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the
- *    other types (and all of them with STRATA_MATMUL_F32=1) keep float
- *    activations.  The codes live in a per-thread buffer that grows to the
+ *    quantized once per call to blocks of 32 codes, 16-bit by default or
+ *    int8 with STRATA_MATMUL_ACT=8 (act_q8.h), and the weights are dotted
+ *    against the codes in integers, in tiles of up to 8 activation rows
+ *    (dot_q8_tile_avx2.c; with AVX512-VNNI its dpwssd / dpbusd twins, the
+ *    same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the other types (and all
+ *    of them with STRATA_MATMUL_F32=1) keep float activations.  The codes live in a per-thread buffer that grows to the
  *    largest call and is then reused: no allocation in a step.
  *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
  *    K-quants, the IQ2/IQ3/IQ4_XS types) decodes each 32-weight sub-block
@@ -70,21 +70,24 @@ int cpu_matmul_fast_set_isa(int level)
     return l;
 }
 
-/* -1: not chosen yet; 0 float activations; 1 int8 where a kernel exists */
+/* -1: not chosen yet; else CPU_ACT_F32, CPU_ACT_Q8 or CPU_ACT_Q16 (act_q8.h) */
 static atomic_int fast_q8 = -1;
 
 static int q8_level(void)
 {
     int l = atomic_load_explicit(&fast_q8, memory_order_relaxed);
     if (l < 0) {
-        const char *e = getenv("STRATA_MATMUL_F32");
-        l = e && !strcmp(e, "1") ? 0 : 1;
+        const char *e = getenv("STRATA_MATMUL_F32"), *a = getenv("STRATA_MATMUL_ACT");
+        l = e && !strcmp(e, "1")   ? CPU_ACT_F32
+            : a && !strcmp(a, "8")  ? CPU_ACT_Q8
+            : a && !strcmp(a, "16") ? CPU_ACT_Q16
+                                    : CPU_ACT_DEFAULT;
         atomic_store_explicit(&fast_q8, l, memory_order_relaxed);
     }
     return l;
 }
 
-int cpu_matmul_int8_activations(void) { return q8_level() && isa_level(); }
+int cpu_matmul_int8_activations(void) { return isa_level() ? q8_level() : 0; }
 
 int cpu_matmul_fast_set_q8(int on)
 {
@@ -110,8 +113,8 @@ static int vnni_level(void)
 /* The calling thread's buffer for quantized activations, grown on demand
  * and freed when the thread ends. */
 typedef struct q8_buf {
-    act_q8 *p;
-    size_t cap;
+    void *p;
+    size_t cap; /* bytes */
 } q8_buf;
 
 static pthread_key_t q8_key;
@@ -127,7 +130,7 @@ static void q8_buf_free(void *v)
 static void q8_key_init(void) { (void)pthread_key_create(&q8_key, q8_buf_free); }
 
 /* NULL if out of memory (the caller then keeps float activations). */
-static act_q8 *q8_scratch(size_t blocks)
+static void *q8_scratch(size_t bytes)
 {
     pthread_once(&q8_once, q8_key_init);
     q8_buf *b = pthread_getspecific(q8_key);
@@ -138,12 +141,12 @@ static act_q8 *q8_scratch(size_t blocks)
             return NULL;
         }
     }
-    if (b->cap < blocks) {
-        act_q8 *p = realloc(b->p, blocks * sizeof *p);
+    if (b->cap < bytes) {
+        void *p = realloc(b->p, bytes);
         if (!p)
             return NULL;
         b->p = p;
-        b->cap = blocks;
+        b->cap = bytes;
     }
     return b->p;
 }
@@ -151,6 +154,8 @@ static act_q8 *q8_scratch(size_t blocks)
 typedef struct fast_job {
     q8_rows_fn q8;          /* non-NULL: int8 activations in xq */
     const act_q8 *xq;       /* n x cols/32 blocks */
+    q16_rows_fn q16;        /* non-NULL: 16-bit activations in xq16 */
+    const act_q16 *xq16;
     fast_rows_fn kern;      /* NULL: the decode-a-chunk fallback */
     const type_traits *t;
     const uint8_t *w;       /* rows x row_bytes */
@@ -189,12 +194,16 @@ static void chunk_rows(const fast_job *j, int64_t r0, int64_t r1)
 
 static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
-    if (j->q8) {
+    if (j->q8 || j->q16) {
         const int64_t step = j->n > 1 ? FAST_L1_ROWS : r1 - r0;
         for (int64_t r = r0; r < r1; r += step) {
             const int64_t nr = r1 - r < step ? r1 - r : step;
-            j->q8(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq, j->n,
-                  j->y + r, j->rows);
+            if (j->q16)
+                j->q16(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq16, j->n,
+                       j->y + r, j->rows);
+            else
+                j->q8(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq, j->n,
+                      j->y + r, j->rows);
         }
         return;
     }
@@ -236,9 +245,19 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
     };
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
-    if (q8_level() && avx2 && cols % 32 == 0) {
+    const int act = q8_level();
+    if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
+        q16_rows_fn k = vnni_level() ? q16_rows_avx512(type) : q16_rows_avx2(type);
+        act_q16 *xq = k ? q8_scratch((size_t)(n * (cols / 32)) * sizeof *xq) : NULL;
+        if (xq) {
+            for (int64_t i = 0; i < n; i++)
+                act_q16_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
+            j.q16 = k;
+            j.xq16 = xq;
+        }
+    } else if (act && avx2 && cols % 32 == 0) {
         q8_rows_fn k = vnni_level() ? q8_rows_avx512(type) : q8_rows_avx2(type);
-        act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32))) : NULL;
+        act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32)) * sizeof *xq) : NULL;
         if (xq) {
             for (int64_t i = 0; i < n; i++)
                 act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
