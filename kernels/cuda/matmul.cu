@@ -109,7 +109,7 @@ struct MmArgs {
 static void mm_layout(int type, MmArgs *a)
 {
     const Geo gm = geo(type);
-    const int tab = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
+    const int tab = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : wb::grid_bytes(type); /* tables or grid first */
     a->off_tot = tab;
     a->off_x = tab + MM_COLS / 2 * THREADS * 4;
     if (gm.i8) {
@@ -228,6 +228,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
     }
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
+    wb::grid_init<TYPE>(smem); /* the IQ2s' and IQ3_S's grid (wrows.cuh) */
     const int R = blockIdx.x * WARPS + warp;
     const bool active = R < a.p.mt; /* idle warps still take part in the barriers */
     Act ga = a.act;

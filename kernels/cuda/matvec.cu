@@ -93,6 +93,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kern
         ring_prime<TYPE>(ws, R0, t0, t1, smem + a.l.off_ring + warp * a.l.ring_warp, lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
+    wb::grid_init<TYPE>(smem); /* the IQ2s' and IQ3_S's grid (wrows.cuh) */
     /* Everything above reads only the weights and constants: with a
      * programmatic launch it overlapped the predecessor.  From here on the
      * activations are read and y is written. */

@@ -39,6 +39,8 @@ struct MixArgs {
     int type[CUDA_MIX_MAX];
     int prows[CUDA_MIX_MAX];
     int mt0[CUDA_MIX_MAX + 1]; /* part i owns m-tiles [mt0[i], mt0[i + 1]) */
+    int goff[CUDA_MIX_MAX];    /* part i's grid copy in shared memory (wrows.cuh, Grid) */
+    int ginit[CUDA_MIX_MAX];   /* 1: part i copies it (the first part of its type) */
     int nparts;
     Plan p;                    /* the stacked shape's */
     MvLayout l;
@@ -47,8 +49,8 @@ struct MixArgs {
     int n, nrb, rows, cols;
 };
 
-/* The part of m-tile R (R < p.mt) and its source. */
-__device__ __forceinline__ int mix_part(const MixArgs &a, int R, Wsrc *ws, int *Rl)
+/* The part of m-tile R (R < p.mt), its source and its grid. */
+__device__ __forceinline__ int mix_part(const MixArgs &a, int R, Wsrc *ws, int *Rl, int *goff)
 {
     int i = 0;
 #pragma unroll
@@ -57,6 +59,7 @@ __device__ __forceinline__ int mix_part(const MixArgs &a, int R, Wsrc *ws, int *
             i = k;
     *ws = Wsrc{a.w[i], a.prows[i], a.cols, a.p.ntk};
     *Rl = R - a.mt0[i];
+    *goff = a.goff[i];
     return a.type[i];
 }
 
@@ -71,12 +74,24 @@ __device__ __forceinline__ void mix_prime(int type, const Wsrc &ws, int R, int t
     }
 }
 
-__device__ __forceinline__ void mix_tiles(int type, const Wsrc &ws, int R, int t0, int t1, const Act &act,
-                                          float (&acc)[1][4], uint8_t *ring, int lane, bool primed)
+__device__ __forceinline__ void mix_grid(int type, uint8_t *dst)
 {
     switch (type) {
 #define MIX_CASE(T)                                                                                      \
-    case T: run_tiles_ring<T>(ws, R, t0, t1, t0, act, acc, nullptr, ring, lane, primed); break;
+    case T: wb::grid_init<T>(dst); break;
+        WB_FOR_EACH(MIX_CASE)
+#undef MIX_CASE
+    default: break;
+    }
+}
+
+__device__ __forceinline__ void mix_tiles(int type, const Wsrc &ws, int R, int t0, int t1, const Act &act,
+                                          float (&acc)[1][4], const uint8_t *grid, uint8_t *ring, int lane,
+                                          bool primed)
+{
+    switch (type) {
+#define MIX_CASE(T)                                                                                      \
+    case T: run_tiles_ring<T>(ws, R, t0, t1, t0, act, acc, grid, ring, lane, primed); break;
         WB_FOR_EACH(MIX_CASE)
 #undef MIX_CASE
     default: break;
@@ -100,10 +115,13 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
     const int R0 = blockIdx.x * MV_WARPS + warp;
     if (blockIdx.x < a.nrb && R0 < a.p.mt) {
         Wsrc ws;
-        int Rl;
-        const int type = mix_part(a, R0, &ws, &Rl);
+        int Rl, go;
+        const int type = mix_part(a, R0, &ws, &Rl, &go);
         mix_prime(type, ws, Rl, t0, t1, ring, lane);
     }
+    for (int i = 0; i < a.nparts; ++i)
+        if (a.ginit[i])
+            mix_grid(a.type[i], smem + a.goff[i]);
     pdl_wait();
     /* the activations as fp16, as matvec.cu's F16 path stages them */
     __half *xh = (__half *)(smem + a.l.off_xq);
@@ -121,9 +139,9 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt) {
             Wsrc ws;
-            int Rl;
-            const int type = mix_part(a, R, &ws, &Rl);
-            mix_tiles(type, ws, Rl, t0, t1, act, acc, ring, lane, it == 0);
+            int Rl, go;
+            const int type = mix_part(a, R, &ws, &Rl, &go);
+            mix_tiles(type, ws, Rl, t0, t1, act, acc, smem + go, ring, lane, it == 0);
         }
         if (a.p.nseg == 1) {
 #pragma unroll
@@ -161,6 +179,41 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
 #endif
 }
 
+/* Shared memory of the mix kernel: the grids of the parts' types (each
+ * once), then matvec.cu's block-tile layout with a ring per warp as large
+ * as the largest part's.  Returns the bytes. */
+static int mix_layout(const int *types, int n, const Plan &p, MvLayout *l, int *goff, int *ginit)
+{
+    int g = 0, ring = 0;
+    for (int i = 0; i < n; i++) {
+        int first = i; /* the first part of this type: it copies the grid */
+        for (int j = i - 1; j >= 0; j--)
+            if (types[j] == types[i])
+                first = j;
+        ginit[i] = first == i && wb::grid_bytes(types[i]) > 0;
+        goff[i] = first == i ? g : goff[first];
+        if (ginit[i])
+            g += wb::grid_bytes(types[i]);
+        const int rbw = ring_bytes_per_warp(types[i]);
+        ring = rbw > ring ? rbw : ring;
+    }
+    /* matvec.cu's layout for a type without a grid (block tiles all alike),
+     * moved up past the grids */
+    *l = mv_layout(GGML_TYPE_Q4_K, p);
+    l->off_xq += g;
+    l->off_dx += g;
+    l->off_xs += g;
+    l->off_part += g;
+    l->off_ring += g;
+    l->ring_warp = ring;
+    l->bytes = l->off_ring + MV_WARPS * ring;
+    return l->bytes;
+}
+
+/* The opt-in shared memory of a block on sm_90 (227 KiB): a constant, so
+ * what stacks does not depend on the card. */
+#define MIX_SMEM_MAX 232448
+
 /* The checks of cuda_mix_supported, with a message. */
 static int mix_check(const int *types, const int64_t *rows, int n, int64_t cols, int64_t *total, strata_error *err)
 {
@@ -182,6 +235,13 @@ static int mix_check(const int *types, const int64_t *rows, int n, int64_t cols,
     if (r > (1LL << 30) || plan_make(types[0], r, cols, &p))
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul_mix: %lld x %lld not supported", (long long)r,
                           (long long)cols);
+    MvLayout l;
+    int goff[CUDA_MIX_MAX], ginit[CUDA_MIX_MAX];
+    const int bytes = mix_layout(types, n, p, &l, goff, ginit);
+    if (bytes > MIX_SMEM_MAX)
+        return strata_err(err, STRATA_E_UNSUPPORTED,
+                          "cuda_matmul_mix: these parts need %d bytes of shared memory (at most %d)", bytes,
+                          MIX_SMEM_MAX);
     *total = r;
     return 0;
 }
@@ -220,23 +280,17 @@ extern "C" int cuda_matmul_mix(const cuda_mix *m, int64_t cols, const float *x, 
             return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul_mix: %lld x %lld needs thread-block clusters "
                               "(sm_90)", (long long)total, (long long)cols);
     }
-    int mt = 0, ring = 0;
+    int mt = 0;
     for (int i = 0; i < m->n; i++) {
         a.w[i] = (const uint8_t *)m->w[i];
         a.type[i] = m->type[i];
         a.prows[i] = (int)m->rows[i];
         a.mt0[i] = mt;
         mt += (int)((m->rows[i] + 15) / 16);
-        const int rbw = ring_bytes_per_warp(m->type[i]);
-        ring = rbw > ring ? rbw : ring;
     }
     a.mt0[m->n] = mt;
     a.nparts = m->n;
-    /* the layout of the first type's (fp16 activations alike for all),
-     * its ring as large as the largest part's */
-    a.l = mv_layout(m->type[0], a.p);
-    a.l.ring_warp = ring;
-    a.l.bytes = a.l.off_ring + MV_WARPS * ring;
+    mix_layout(m->type, m->n, a.p, &a.l, a.goff, a.ginit);
     a.x = x;
     a.y = y;
     a.n = (int)n;

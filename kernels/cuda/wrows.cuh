@@ -378,6 +378,53 @@ static __device__ const HTab<1024, 8> d_iq2s_h = htab<1024, 8>(k_iq2s_grid);
 static __device__ const HTab<256, 8> d_iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
 static __device__ const HTab<512, 8> d_iq2xs_h = htab<512, 8>(k_iq2xs_grid);
 
+/* The grids in shared memory.  A warp's 32 lookups of a tile chunk hit
+ * random entries: read from the global table (through L1) they cost about
+ * one L1 wavefront per distinct 128-byte line, ~8 per quarter-warp of
+ * 16-byte IQ2 entries, and that, not the instruction count (IQ2_S 406
+ * SASS per tile and lane, fewer than Q2_K's 439), held IQ2_S and IQ3_S at
+ * half the bytes per second of the K-quants.  From shared memory the same
+ * lookups cost the bank conflicts of 8 (16 for IQ3_S's 8-byte entries)
+ * random entries, a few wavefronts.  So the matrix kernels copy the grid
+ * of their type into their shared memory (grid_init, once per block, at
+ * offset 0 of the dynamic shared memory unless said otherwise: GRID_BYTES
+ * ahead of the rest) and give it to the rows (set_grid); the host, and a
+ * caller that passes no copy, read the global tables. */
+template <int TYPE> struct Grid {
+    static constexpr int bytes = 0;
+};
+#define WB_GRID(T, tab)                                                                                  \
+    template <> struct Grid<T> {                                                                         \
+        static constexpr int bytes = (int)sizeof(tab);                                                   \
+        __device__ static const uint4 *src() { return (const uint4 *)d_##tab.v; }                      \
+    };
+WB_GRID(GGML_TYPE_IQ3_S, iq3s_h)
+WB_GRID(GGML_TYPE_IQ2_S, iq2s_h)
+WB_GRID(GGML_TYPE_IQ2_XS, iq2xs_h)
+WB_GRID(GGML_TYPE_IQ2_XXS, iq2xxs_h)
+#undef WB_GRID
+/* Shared-memory bytes of a type's grid (0: none). */
+__host__ __device__ constexpr int grid_bytes(int type)
+{
+    return type == GGML_TYPE_IQ3_S     ? Grid<GGML_TYPE_IQ3_S>::bytes
+           : type == GGML_TYPE_IQ2_S   ? Grid<GGML_TYPE_IQ2_S>::bytes
+           : type == GGML_TYPE_IQ2_XS  ? Grid<GGML_TYPE_IQ2_XS>::bytes
+           : type == GGML_TYPE_IQ2_XXS ? Grid<GGML_TYPE_IQ2_XXS>::bytes
+                                       : 0;
+}
+#ifdef __CUDACC__
+/* Copy TYPE's grid to dst (shared memory, 16-byte aligned) with the whole
+ * block; the caller syncs before the first lookup. */
+template <int TYPE> __device__ __forceinline__ void grid_init(uint8_t *dst)
+{
+    if constexpr (Grid<TYPE>::bytes > 0) {
+        const uint4 *src = Grid<TYPE>::src();
+        for (int i = threadIdx.x; i < Grid<TYPE>::bytes / 16; i += blockDim.x)
+            ((uint4 *)dst)[i] = src[i];
+    }
+}
+#endif
+
 /* fp16 pair k (elements 2k, 2k + 1) of a group of eight with signs s8 (bit
  * i: element i negative): the two sign bits under bits 15 and 31 by one
  * multiply (bit 2k -> 15, 2k + 1 -> 31; no other bit reaches those), one
@@ -433,10 +480,12 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
     int t;
     uint2 h0, h1; /* byte c of word w: ninth bit of group 2t (h0) / 2t + 1 (h1) of chunk 4w + c */
     uint32_t db[4];
+    const uint2 *gt; /* the fp16 grid: global, or the kernel's copy in shared memory (set_grid) */
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint2 *)WB_TAB(iq3s_h).v;
         const uint2 qh = ld8at(al(c), 66);
         h0 = make_uint2((qh.x >> (2 * t)) & 0x01010101u, (qh.y >> (2 * t)) & 0x01010101u);
         h1 = make_uint2((qh.x >> (2 * t + 1)) & 0x01010101u, (qh.y >> (2 * t + 1)) & 0x01010101u);
@@ -455,8 +504,7 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
         const uint32_t q = u16(b + 2 + 8 * ch + 2 * t), s8 = b[74 + 4 * ch + t];
         const uint32_t sel = 0x2200u | (uint32_t)(4 + (ch & 3)) << 4;
         const uint32_t i0 = bperm(q, ch < 4 ? h0.x : h0.y, sel), i1 = bperm(q, ch < 4 ? h1.x : h1.y, sel | 1u);
-        const uint2 *tab = (const uint2 *)WB_TAB(iq3s_h).v;
-        const uint2 g0 = tab[i0], g1 = tab[i1];
+        const uint2 g0 = gt[i0], g1 = gt[i1];
         const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
         return make_uint4(signed_h2(g0.x, s8, 0, sc), signed_h2(g0.y, s8, 1, sc), signed_h2(g1.x, s8, 2, sc),
                           signed_h2(g1.y, s8, 3, sc));
@@ -473,10 +521,12 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     int t;
     uint2 hi;     /* byte c of word w: index bits 8, 9 of chunk 4w + c */
     uint32_t db[4];
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2s_h).v;
         const uint2 qh = ld8at(al(c), 66);
         hi = make_uint2((qh.x >> (2 * t)) & 0x03030303u, (qh.y >> (2 * t)) & 0x03030303u);
         iq2_scales(ld8b<2>(c + 74), t, u16(c), db);
@@ -485,7 +535,7 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     {
         const uint32_t q = b[2 + 4 * ch + t], s8 = b[34 + 4 * ch + t];
         const uint32_t i = bperm(q, ch < 4 ? hi.x : hi.y, 0x1100u | (uint32_t)(4 + (ch & 3)) << 4);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2s_h).v)[i], s8, pick_h2(db[ch >> 1], ch & 1));
+        return iq2_signed8(gt[i], s8, pick_h2(db[ch >> 1], ch & 1));
     }
 };
 /* IQ2_XS: group 4 ch + t is the u16 qs[4 ch + t]: 9-bit index, 7 signs
@@ -495,16 +545,18 @@ template <> struct Row<GGML_TYPE_IQ2_XS> {
     const uint8_t *b;
     int t;
     uint32_t db[4];
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2xs_h).v;
         iq2_scales(ld8b<2>(c + 66), t, u16(c), db);
     }
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
     {
         const uint32_t q = u16(b + 2 + 8 * ch + 2 * t);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2xs_h).v)[q & 511], sign7(q >> 9), pick_h2(db[ch >> 1], ch & 1));
+        return iq2_signed8(gt[q & 511], sign7(q >> 9), pick_h2(db[ch >> 1], ch & 1));
     }
 };
 /* IQ2_XXS: chunk ch is the record at 2 + 8 ch: index byte t, then a u32
@@ -515,10 +567,12 @@ template <> struct Row<GGML_TYPE_IQ2_XXS> {
     const uint8_t *b;
     int t;
     __half2 d;
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2xxs_h).v;
         d = __half2half2(__ushort_as_half((unsigned short)u16(c)));
     }
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
@@ -526,9 +580,16 @@ template <> struct Row<GGML_TYPE_IQ2_XXS> {
         const uint8_t *rec = b + 2 + 8 * ch;
         const uint32_t w = u32(rec + 4), v = ((w >> 27) & 0x1eu) | 1u; /* 2 ls + 1 */
         const __half2 sc = __hmul2(eighth_h2((v | 0x6400u) * 0x00010001u), d);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2xxs_h).v)[rec[t]], sign7((w >> (7 * t)) & 127), sc);
+        return iq2_signed8(gt[rec[t]], sign7((w >> (7 * t)) & 127), sc);
     }
 };
+/* Point a row's lookups at a grid copy (grid_init); no-op for types
+ * without a grid. */
+template <int TYPE> __host__ __device__ __forceinline__ void set_grid(Row<TYPE> &r, const uint8_t *tab)
+{
+    if constexpr (Grid<TYPE>::bytes > 0)
+        r.gt = (decltype(r.gt))tab;
+}
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
 {
     Row<GGML_TYPE_IQ2_XXS> r;
