@@ -19,6 +19,7 @@
 
 #include "cuda_wtest.h"
 #include "engine/cuda/weight_types.h"
+#include "model/make/recipe.h"
 
 static const int ct_types[] = {GGML_TYPE_Q4_1,    GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,  GGML_TYPE_IQ4_NL,
                                GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
@@ -37,6 +38,61 @@ START_TEST(types_are_native)
     for (int i = 0; i < CT_NTYPES; i++)
         ck_assert_msg(cuda_weight_supported(ct_types[i]), "%s: no kernel", type_name(ct_types[i]));
 #endif
+}
+END_TEST
+
+/* The llama.cpp recipes' attention projections stack on the card: for
+ * every layer of an 8B llama (32 query heads, 8 KV heads), a 30B-A3B-shaped
+ * MoE (32 / 4, 128 experts) and a GQA-2 model, q | k | v are one type (a
+ * plain stack) or a mixed stack (cuda_mix_candidate; with CUDA, the card's
+ * own check, shared-memory limit included, agrees).  Not covered, and not
+ * stacked: the 8-expert rules (attn_k Q8_0) and attn_v IQ3_XXS (an
+ * importance matrix at GQA < 4), whose types are not block tiles. */
+START_TEST(recipe_attention_stacks)
+{
+    static const int recipes[] = {RECIPE_IQ3_XXS, RECIPE_IQ2_XXS, RECIPE_IQ2_S, RECIPE_Q2_0,
+                                  RECIPE_Q2_K,    RECIPE_Q3_K_M,  RECIPE_Q4_K_M};
+    static const struct {
+        int layers, heads, kv, hd, dim, experts;
+    } shapes[] = {{32, 32, 8, 128, 4096, 0}, {48, 32, 4, 128, 2048, 128}, {24, 16, 8, 64, 1024, 0}};
+    int mixed = 0;
+    for (size_t ri = 0; ri < sizeof recipes / sizeof recipes[0]; ri++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const recipe_model m = {shapes[si].layers, shapes[si].heads, shapes[si].kv, shapes[si].experts,
+                                    false, false};
+            const int64_t dq = (int64_t)shapes[si].heads * shapes[si].hd, dkv = (int64_t)shapes[si].kv * shapes[si].hd;
+            for (int il = 0; il < shapes[si].layers; il++) {
+                static const char *const part[3] = {"attn_q", "attn_k", "attn_v"};
+                int types[3];
+                const int64_t rows[3] = {dq, dkv, dkv};
+                for (int k = 0; k < 3; k++) {
+                    char name[64];
+                    snprintf(name, sizeof name, "blk.%d.%s.weight", il, part[k]);
+                    types[k] = recipe_type(recipes[ri], name, 2, shapes[si].dim, &m, NULL);
+                }
+                const int same = types[0] == types[1] && types[1] == types[2];
+                ck_assert_msg(same || cuda_mix_candidate(types, rows, 3), "%s, shape %zu, layer %d: %s|%s|%s does not stack",
+                              recipe_name(recipes[ri]), si, il, type_name(types[0]), type_name(types[1]),
+                              type_name(types[2]));
+                mixed += !same;
+#ifdef STRATA_CUDA
+                if (!same)
+                    ck_assert_msg(cuda_mix_supported(types, rows, 3, shapes[si].dim), "%s: %s|%s|%s refused by the card",
+                                  recipe_name(recipes[ri]), type_name(types[0]), type_name(types[1]),
+                                  type_name(types[2]));
+#endif
+            }
+        }
+    ck_assert_int_gt(mixed, 0);
+    /* what is not a candidate: an int8-tile type, a part of partial tiles
+     * before another, one type throughout, one part */
+    const int iq3xxs[3] = {GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS};
+    const int mix[3] = {GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_S, GGML_TYPE_Q4_K};
+    const int one[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K};
+    const int64_t ok[3] = {4096, 1024, 1024}, ragged[3] = {4096, 1000, 1024}, last[3] = {4096, 1024, 1000};
+    ck_assert(cuda_mix_candidate(mix, ok, 3) && cuda_mix_candidate(mix, last, 3));
+    ck_assert(!cuda_mix_candidate(iq3xxs, ok, 3) && !cuda_mix_candidate(mix, ragged, 3));
+    ck_assert(!cuda_mix_candidate(one, ok, 3) && !cuda_mix_candidate(mix, ok, 1));
 }
 END_TEST
 
@@ -357,6 +413,7 @@ static Suite *cuda_types_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, types_are_native);
+    tcase_add_test(tc, recipe_attention_stacks);
     tcase_add_test(tc, decode_matches_reference);
     tcase_add_test(tc, prefill_matches_reference_and_decode);
     tcase_add_test(tc, experts_match_reference_and_each_other);

@@ -249,7 +249,7 @@ static int upload_mixed(strata_engine *e, cuda_stage *cs, const weight *const *p
         size_t b = cuda_weight_bytes(types[i], prow[i], parts[i]->cols);
         off[i + 1] = off[i] + (b + 255) / 256 * 256; /* each part 256-byte aligned */
     }
-    if (!cuda_mix_supported(types, prow, np, parts[0]->cols))
+    if (!cuda_mix_candidate(types, prow, np) || !cuda_mix_supported(types, prow, np, parts[0]->cols))
         return 0;
     int rc = cuda_dmalloc(&dw->d, off[np], cs->dev, parts[0]->name ? parts[0]->name : "a mixed stack", err);
     if (rc)
