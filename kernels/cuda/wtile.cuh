@@ -619,8 +619,8 @@ __device__ __forceinline__ void tile_mma_rows(const Raw<TYPE> &r, const Act &a, 
     wb::Row<TYPE> r0, r1;
     r0.load(r.p + g * RB, t);
     r1.load(r.p + (g + 8) * RB, t);
-    wb::set_grid(r0, grid); /* the IQ types' grid: the kernel's copy in shared memory (wrows.cuh) */
-    wb::set_grid(r1, grid);
+    wb::set_grid(r0, grid, lane); /* the IQ types' grid: the kernel's copy in shared memory (wrows.cuh) */
+    wb::set_grid(r1, grid, lane);
 #pragma unroll
     for (int ch = 0; ch < 8; ++ch) {
         const uint4 h0 = r0.dec(ch), h1 = r1.dec(ch);
