@@ -449,6 +449,32 @@ START_TEST(cuda_rotated_caches)
 }
 END_TEST
 
+/* The recipe mixes (mkmodel --ftype iq3_xxs): q and k IQ2_S with v Q4_K
+ * (llama, 4 query heads per KV head) or v IQ3_S (the MoE, 16 experts: no
+ * 8-expert rules), each layer's q|k|v a mixed stack (cuda_matmul_mix): the
+ * CPU's tokens, and greedy the same solo, batched and chunked. */
+START_TEST(cuda_llama_mix_matches_cpu)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --ftype iq3_xxs", LLAMA);
+    gpu_matches_cpu(mkmodel("llama-mix", a), 32);
+}
+END_TEST
+
+START_TEST(cuda_mix_split_batch_chunk_invariance)
+{
+    NEED_GPU();
+    char a[512];
+    snprintf(a, sizeof a, "%s --ftype iq3_xxs", LLAMA);
+    gpu_invariance(mkmodel("llama-mix", a), 6);
+    snprintf(a, sizeof a,
+             "--arch qwen3moe --layers 4 --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512 --experts 16 "
+             "--experts-used 2 --ff-exp 256 --vocab 1024 --ftype iq3_xxs");
+    gpu_invariance(mkmodel("moe-mix", a), 4);
+}
+END_TEST
+
 /* The fused launches (STRATA_DECODE_FUSE, doc/cuda-kernels.md "Fewer
  * launches per decode layer") change no bit: a prompt in chunks of 5 (the
  * matvec path: rows <= 8) and of 256 (the prompt kernels), greedy decode
@@ -585,6 +611,8 @@ static Suite *cuda_engine_suite(void)
     tcase_add_test(tc, cuda_moe_split_batch_chunk_invariance);
     tcase_add_test(tc, cuda_decode_fuse_changes_no_bit);
     tcase_add_test(tc, cuda_rotated_caches);
+    tcase_add_test(tc, cuda_llama_mix_matches_cpu);
+    tcase_add_test(tc, cuda_mix_split_batch_chunk_invariance);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -19,6 +19,7 @@
 
 #include "cuda_wtest.h"
 #include "engine/cuda/weight_types.h"
+#include "model/make/recipe.h"
 
 static const int ct_types[] = {GGML_TYPE_Q4_1,    GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,  GGML_TYPE_IQ4_NL,
                                GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
@@ -37,6 +38,61 @@ START_TEST(types_are_native)
     for (int i = 0; i < CT_NTYPES; i++)
         ck_assert_msg(cuda_weight_supported(ct_types[i]), "%s: no kernel", type_name(ct_types[i]));
 #endif
+}
+END_TEST
+
+/* The llama.cpp recipes' attention projections stack on the card: for
+ * every layer of an 8B llama (32 query heads, 8 KV heads), a 30B-A3B-shaped
+ * MoE (32 / 4, 128 experts) and a GQA-2 model, q | k | v are one type (a
+ * plain stack) or a mixed stack (cuda_mix_candidate; with CUDA, the card's
+ * own check, shared-memory limit included, agrees).  Not covered, and not
+ * stacked: the 8-expert rules (attn_k Q8_0) and attn_v IQ3_XXS (an
+ * importance matrix at GQA < 4), whose types are not block tiles. */
+START_TEST(recipe_attention_stacks)
+{
+    static const int recipes[] = {RECIPE_IQ3_XXS, RECIPE_IQ2_XXS, RECIPE_IQ2_S, RECIPE_Q2_0,
+                                  RECIPE_Q2_K,    RECIPE_Q3_K_M,  RECIPE_Q4_K_M};
+    static const struct {
+        int layers, heads, kv, hd, dim, experts;
+    } shapes[] = {{32, 32, 8, 128, 4096, 0}, {48, 32, 4, 128, 2048, 128}, {24, 16, 8, 64, 1024, 0}};
+    int mixed = 0;
+    for (size_t ri = 0; ri < sizeof recipes / sizeof recipes[0]; ri++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const recipe_model m = {shapes[si].layers, shapes[si].heads, shapes[si].kv, shapes[si].experts,
+                                    false, false};
+            const int64_t dq = (int64_t)shapes[si].heads * shapes[si].hd, dkv = (int64_t)shapes[si].kv * shapes[si].hd;
+            for (int il = 0; il < shapes[si].layers; il++) {
+                static const char *const part[3] = {"attn_q", "attn_k", "attn_v"};
+                int types[3];
+                const int64_t rows[3] = {dq, dkv, dkv};
+                for (int k = 0; k < 3; k++) {
+                    char name[64];
+                    snprintf(name, sizeof name, "blk.%d.%s.weight", il, part[k]);
+                    types[k] = recipe_type(recipes[ri], name, 2, shapes[si].dim, &m, NULL);
+                }
+                const int same = types[0] == types[1] && types[1] == types[2];
+                ck_assert_msg(same || cuda_mix_candidate(types, rows, 3), "%s, shape %zu, layer %d: %s|%s|%s does not stack",
+                              recipe_name(recipes[ri]), si, il, type_name(types[0]), type_name(types[1]),
+                              type_name(types[2]));
+                mixed += !same;
+#ifdef STRATA_CUDA
+                if (!same)
+                    ck_assert_msg(cuda_mix_supported(types, rows, 3, shapes[si].dim), "%s: %s|%s|%s refused by the card",
+                                  recipe_name(recipes[ri]), type_name(types[0]), type_name(types[1]),
+                                  type_name(types[2]));
+#endif
+            }
+        }
+    ck_assert_int_gt(mixed, 0);
+    /* what is not a candidate: an int8-tile type, a part of partial tiles
+     * before another, one type throughout, one part */
+    const int iq3xxs[3] = {GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS};
+    const int mix[3] = {GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_S, GGML_TYPE_Q4_K};
+    const int one[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K};
+    const int64_t ok[3] = {4096, 1024, 1024}, ragged[3] = {4096, 1000, 1024}, last[3] = {4096, 1024, 1000};
+    ck_assert(cuda_mix_candidate(mix, ok, 3) && cuda_mix_candidate(mix, last, 3));
+    ck_assert(!cuda_mix_candidate(iq3xxs, ok, 3) && !cuda_mix_candidate(mix, ragged, 3));
+    ck_assert(!cuda_mix_candidate(one, ok, 3) && !cuda_mix_candidate(mix, ok, 1));
 }
 END_TEST
 
@@ -196,8 +252,150 @@ START_TEST(embed_matches_cpu)
 }
 END_TEST
 
+
+/* A mixed stack (cuda_matmul_mix): parts of different block-tile types,
+ * their rows stacked, in one decode launch.  Against the reference (each
+ * part's cpu_matmul) within F16's tolerance; decode n < 8 bitwise n = 8;
+ * prefill (one launch per part with the stack's plan) bitwise decode in
+ * chunks; and where the stack's plan is each part's own (512 columns: two
+ * k-tiles, two segments either way) bitwise each part's cuda_matvec. */
+static void check_mix(int np, const int *types, const int64_t *prow, int64_t cols, uint64_t seed)
+{
+    enum { N = 17 };
+    int64_t rows = 0;
+    for (int i = 0; i < np; i++)
+        rows += prow[i];
+    ck_assert_msg(cuda_mix_supported(types, prow, np, cols), "%s + %s: not supported", type_name(types[0]),
+                  type_name(types[1]));
+    cuda_mix m = {.n = np};
+    uint8_t *hw[CUDA_MIX_MAX];
+    float *x = malloc(N * cols * sizeof *x), *ref = malloc(N * rows * sizeof *ref);
+    float *y = malloc(N * rows * sizeof *y), *yv = malloc(N * rows * sizeof *yv), *tmp = malloc(N * rows * sizeof *tmp);
+    ck_assert(x && ref && y && yv && tmp);
+    test_fill_normal(x, (size_t)(N * cols), 1.0f, seed + 99);
+    for (int i = 0; i < np; i++) {
+        m.type[i] = types[i];
+        m.rows[i] = prow[i];
+        hw[i] = ct_weights(types[i], prow[i], cols, seed + (uint64_t)i);
+        m.w[i] = cw_upload(types[i], prow[i], cols, hw[i]);
+    }
+    /* the reference, part by part into the stacked rows */
+    for (int64_t c = 0, r0 = 0; c < N; c++, r0 = 0)
+        for (int i = 0; i < np; i++) {
+            cpu_matmul(types[i], hw[i], prow[i], cols, x + c * cols, 1, tmp);
+            memcpy(ref + c * rows + r0, tmp, (size_t)prow[i] * sizeof *tmp);
+            r0 += prow[i];
+        }
+    float *dx = cw_dev_copy(x, N * cols * sizeof *x), *dy = NULL, *dp = NULL;
+    ck_assert(cudaMalloc((void **)&dy, N * rows * sizeof(float)) == cudaSuccess);
+    ck_assert(cudaMalloc((void **)&dp, N * rows * sizeof(float)) == cudaSuccess);
+    const size_t sb = cuda_matmul_scratch_bytes(types[0], cols, N);
+    void *scratch = NULL;
+    ck_assert(cudaMalloc(&scratch, sb) == cudaSuccess);
+    strata_error err = {0};
+    char label[64];
+    snprintf(label, sizeof label, "%s|%s%s%s", type_name(types[0]), type_name(types[1]), np > 2 ? "|" : "",
+             np > 2 ? type_name(types[2]) : "");
+    /* decode, n = 8 .. 1 */
+    for (int n = 8; n >= 1; n--) {
+        float *out = n == 8 ? yv : y;
+        cw_poison(dy, (size_t)(8 * rows));
+        ck_assert_msg(cuda_matmul_mix(&m, cols, dx, n, dy, NULL, 0, 0, &err) == 0, "%s", err.msg);
+        cw_fetch(out, dy, (size_t)(n * rows));
+        const double e = cw_rel_err(out, ref, (size_t)(n * rows));
+        if (n == 8 || n == 1)
+            fprintf(stderr, "cuda_types mix %-22s %5lld x %-5lld n=%d rel err %.3g\n", label, (long long)rows,
+                    (long long)cols, n, e);
+        ck_assert_msg(e < ct_tol(), "mix %s n=%d: rel err %g > %g", label, n, e, ct_tol());
+        if (n < 8)
+            cw_assert_bitwise(types[0], "mix n < 8 vs n = 8", y, yv, n, rows);
+    }
+    /* prefill vs decode in chunks of 1..8 */
+    cw_poison(dp, (size_t)(N * rows));
+    ck_assert_msg(cuda_matmul_mix(&m, cols, dx, N, dp, scratch, sb, 0, &err) == 0, "%s", err.msg);
+    cw_fetch(y, dp, (size_t)(N * rows));
+    const double e = cw_rel_err(y, ref, (size_t)(N * rows));
+    fprintf(stderr, "cuda_types mix %-22s %5lld x %-5lld n=%d rel err %.3g (prefill)\n", label, (long long)rows,
+            (long long)cols, N, e);
+    ck_assert_msg(e < ct_tol(), "mix %s prefill: rel err %g > %g", label, e, ct_tol());
+    const int sizes[] = {8, 5, 3, 1};
+    cw_poison(dy, (size_t)(N * rows));
+    for (int64_t i = 0, j = 0; i < N; j++) {
+        const int k = (int)(N - i < sizes[j % 4] ? N - i : sizes[j % 4]);
+        ck_assert_msg(cuda_matmul_mix(&m, cols, dx + i * cols, k, dy + i * rows, NULL, 0, 0, &err) == 0, "%s",
+                      err.msg);
+        i += k;
+    }
+    cw_fetch(yv, dy, (size_t)(N * rows));
+    cw_assert_bitwise(types[0], "mix prefill vs decode", y, yv, N, rows);
+    /* 512 columns: the parts' own plans are the stack's, so each part's
+     * rows are bitwise its cuda_matvec */
+    if (cols == 512)
+        for (int i = 0, r0 = 0; i < np; r0 += (int)prow[i], i++) {
+            float *dq = NULL;
+            ck_assert(cudaMalloc((void **)&dq, 8 * prow[i] * sizeof(float)) == cudaSuccess);
+            ck_assert_msg(cuda_matvec(types[i], m.w[i], prow[i], cols, dx, 8, dq, 0, &err) == 0, "%s", err.msg);
+            cw_fetch(tmp, dq, (size_t)(8 * prow[i]));
+            for (int c = 0; c < 8; c++)
+                for (int64_t r = 0; r < prow[i]; r++)
+                    ck_assert_msg(!memcmp(&tmp[c * prow[i] + r], &yv[c * rows + r0 + r], sizeof(float)),
+                                  "mix %s part %d token %d row %lld: %.9g vs matvec %.9g", label, i, c,
+                                  (long long)r, yv[c * rows + r0 + r], tmp[c * prow[i] + r]);
+            cudaFree(dq);
+        }
+    for (int i = 0; i < np; i++) {
+        cudaFree((void *)m.w[i]);
+        free(hw[i]);
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dp);
+    cudaFree(scratch);
+    free(x);
+    free(ref);
+    free(y);
+    free(yv);
+    free(tmp);
+}
+
+START_TEST(mixed_stack_matches_parts)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP("gpu", why);
+    /* the recipes' attention stacks (q | k | v), shrunk: IQ3_XXS mix, IQ2_XXS,
+     * IQ2_S mix (v IQ3_S), Q2_K/Q3_K_M (k-quants), and a two-part stack
+     * whose last part ends in a partial m-tile */
+    static const int mixes[][3] = {
+        {GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_S, GGML_TYPE_Q4_K},
+        {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K},
+        {GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ3_S},
+        {GGML_TYPE_Q3_K, GGML_TYPE_Q3_K, GGML_TYPE_Q5_K},
+        {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS},
+    };
+    const int64_t qkv[3] = {512, 128, 128};
+    for (int i = 0; i < 5; i++) {
+        check_mix(3, mixes[i], qkv, 512, 5000 + 10 * i);
+        if (!test_small() || i == 0)
+            check_mix(3, mixes[i], qkv, 2304, 5100 + 10 * i); /* 9 k-tiles, the stack's plan */
+    }
+    const int two[2] = {GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL};
+    const int64_t ragged[2] = {272, 37};
+    check_mix(2, two, ragged, 1280, 5900);
+    /* what does not stack: a part of rows not a multiple of 16 before
+     * another, a type that is not a block tile, one part */
+    const int64_t bad_rows[2] = {37, 64};
+    ck_assert(!cuda_mix_supported(two, bad_rows, 2, 512));
+    const int f16[2] = {GGML_TYPE_IQ2_S, GGML_TYPE_Q8_0};
+    ck_assert(!cuda_mix_supported(f16, qkv, 2, 512));
+    ck_assert(!cuda_mix_supported(two, qkv, 1, 512));
+}
+END_TEST
+
 #else
 
+START_TEST(mixed_stack_matches_parts) { TEST_SKIP("gpu", "built without CUDA"); }
+END_TEST
 START_TEST(decode_matches_reference) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 START_TEST(prefill_matches_reference_and_decode) { TEST_SKIP("gpu", "built without CUDA"); }
@@ -215,10 +413,12 @@ static Suite *cuda_types_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, types_are_native);
+    tcase_add_test(tc, recipe_attention_stacks);
     tcase_add_test(tc, decode_matches_reference);
     tcase_add_test(tc, prefill_matches_reference_and_decode);
     tcase_add_test(tc, experts_match_reference_and_each_other);
     tcase_add_test(tc, embed_matches_cpu);
+    tcase_add_test(tc, mixed_stack_matches_parts);
     suite_add_tcase(s, tc);
     return s;
 }

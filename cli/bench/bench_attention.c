@@ -227,7 +227,8 @@ int bench_attention(int argc, char **argv)
         via_kernels |= !strcmp(argv[i], "--kernels");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int kernels_opt = !strcmp(a, "--reps") || !strcmp(a, "--types") || !strcmp(a, "--shapes");
+        int kernels_opt = !strcmp(a, "--reps") || !strcmp(a, "--types") || !strcmp(a, "--shapes") ||
+                          !strcmp(a, "--mix");
         if (!strcmp(a, "--runs") && i + 1 < argc)
             runs = atoi(argv[++i]);
         else if (!strcmp(a, "--quick"))

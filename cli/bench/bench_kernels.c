@@ -7,6 +7,9 @@
  *   --types a,b,...   weight types (default iq3_xxs,q2_0,q4_0,q8_0)
  *   --reps N          timed runs per measurement (default 20, at least 15)
  *   --shapes RxC[xN],...  these shapes instead of the standard set (N: tokens, 1)
+ *   --mix T:R+T:R..xC[xN]  a mixed stack (cuda_matmul_mix: parts of these
+ *                     types and rows, C columns) as one launch against its
+ *                     parts launched one by one (n = 1 and 8 unless N)
  *
  * Method (METHOD.md): the read bandwidth is measured in the same run with a
  * 16-byte-load streaming kernel over 4 GiB.  Timing is bench_time.h's, shared
@@ -33,6 +36,8 @@ void bench_kernels_usage(FILE *f)
                "(bench --attention, its options below).  Needs a CUDA build and a card.\n\n"
                "  --types T1,T2,..        weight types, any the card runs (default iq3_xxs,q2_0,q4_0,q8_0)\n"
                "  --shapes RxC[xN],..     shapes instead of the standard set (at most 16)\n"
+               "  --mix T:R+T:R..xC[xN]   a mixed stack (e.g. iq2_s:4096+iq2_s:1024+q4_k:1024x4096) as one\n"
+               "                          launch and as its parts one by one\n"
                "  --reps N                timed runs per figure, 15..200 (default 20)\n"
                "  --json                  print JSON lines instead of the table\n\n");
 }
@@ -258,6 +263,147 @@ fail:
     return rc;
 }
 
+/* ---- a mixed stack: one launch against its parts one by one --------------- */
+typedef struct bk_mix {
+    cuda_mix m;
+    int64_t cols, n, rows;
+    int copies, separate;
+    uint8_t *w;   /* copies x bytes: the parts one after another */
+    size_t bytes, off[CUDA_MIX_MAX];
+    float *x, *y;
+} bk_mix;
+
+static int bk_mix_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
+{
+    bk_mix *b = ctx;
+    cuda_mix m = b->m;
+    for (int k = 0; k < m.n; k++)
+        m.w[k] = b->w + (size_t)(i % b->copies) * b->bytes + b->off[k];
+    if (!b->separate)
+        return cuda_matmul_mix(&m, b->cols, b->x, b->n, b->y, NULL, 0, s, err);
+    int64_t r0 = 0;
+    for (int k = 0; k < m.n; k++) { /* each part's rows alone: n x rows_k, then the next */
+        const int rc = cuda_matvec(m.type[k], m.w[k], m.rows[k], b->cols, b->x, (int)b->n, b->y + r0 * b->n, s, err);
+        if (rc)
+            return rc;
+        r0 += m.rows[k];
+    }
+    return 0;
+}
+
+/* "T:R+T:R..xC[xN]" -> b (types, rows, cols, n; n 0 when not given) */
+static int bk_parse_mix(const char *spec, bk_mix *b)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    if (!buf[0])
+        return -1;
+    char *x = buf; /* the first 'x' after a digit (type names hold x's: iq2_xs) */
+    while ((x = strchr(x + 1, 'x')) && !(x[-1] >= '0' && x[-1] <= '9'))
+        ;
+    if (!x)
+        return -1;
+    *x++ = 0;
+    long long c = 0, n = 0;
+    if (sscanf(x, "%lld", &c) != 1 || c < 1)
+        return -1;
+    const char *x2 = strchr(x, 'x');
+    if (x2 && (sscanf(x2 + 1, "%lld", &n) != 1 || n < 1 || n > 8))
+        return -1;
+    memset(b, 0, sizeof *b);
+    b->cols = c;
+    b->n = n;
+    for (char *tok = strtok(buf, "+"); tok; tok = strtok(NULL, "+")) {
+        char *colon = strchr(tok, ':');
+        if (!colon || b->m.n == CUDA_MIX_MAX)
+            return -1;
+        *colon = 0;
+        const type_traits *t = type_traits_by_name(tok);
+        const long long r = atoll(colon + 1);
+        if (!t || r < 1)
+            return -1;
+        b->m.type[b->m.n] = t->id;
+        b->m.rows[b->m.n++] = r;
+        b->rows += r;
+    }
+    return cuda_mix_supported(b->m.type, b->m.rows, b->m.n, b->cols) ? 0 : -1;
+}
+
+/* Time the stack (one launch) and its parts (one launch each) at n tokens;
+ * prints one line each. */
+static int bk_run_mix(const bk_mix *spec, int64_t n, double bw, int reps, cudaStream_t s, int json)
+{
+    bk_mix b = *spec;
+    b.n = n;
+    size_t gbytes = 0;
+    int rc = -1;
+    uint8_t *packed = NULL;
+    float *hx = NULL;
+    for (int k = 0; k < b.m.n; k++) {
+        b.off[k] = b.bytes;
+        b.bytes += (cuda_weight_bytes(b.m.type[k], b.m.rows[k], b.cols) + 255) / 256 * 256;
+    }
+    b.copies = (int)((256u << 20) / b.bytes + 1);
+    if (b.copies < 2)
+        b.copies = 2;
+    packed = calloc(1, b.bytes);
+    hx = malloc((size_t)(n * b.cols) * sizeof *hx);
+    if (!packed || !hx)
+        goto fail;
+    strata_error err = {0};
+    for (int k = 0; k < b.m.n; k++) {
+        size_t gb = 0;
+        uint8_t *hw = bk_weights(b.m.type[k], b.m.rows[k], b.cols, &gb);
+        if (!hw)
+            goto fail;
+        const int prc = cuda_weight_pack(b.m.type[k], b.m.rows[k], b.cols, hw, packed + b.off[k], &err);
+        free(hw);
+        if (prc) {
+            fprintf(stderr, "bench --kernels: %s\n", err.msg);
+            goto fail;
+        }
+        gbytes += gb;
+    }
+    uint64_t st = 777;
+    for (int64_t i = 0; i < n * b.cols; i++)
+        hx[i] = (float)((int64_t)(bk_rand(&st) % 2001) - 1000) * 1e-3f + 1e-4f;
+    BK_CHECK(cudaMalloc((void **)&b.w, b.bytes * (size_t)b.copies));
+    for (int c = 0; c < b.copies; c++)
+        BK_CHECK(cudaMemcpy(b.w + (size_t)c * b.bytes, packed, b.bytes, cudaMemcpyHostToDevice));
+    BK_CHECK(cudaMalloc((void **)&b.x, (size_t)(n * b.cols) * sizeof(float)));
+    BK_CHECK(cudaMalloc((void **)&b.y, (size_t)(n * b.rows) * sizeof(float)));
+    BK_CHECK(cudaMemcpy(b.x, hx, (size_t)(n * b.cols) * sizeof(float), cudaMemcpyHostToDevice));
+    const int per_graph = b.copies < 8 ? 8 : b.copies > 256 ? 256 : b.copies;
+    char name[160] = "";
+    for (int k = 0; k < b.m.n; k++)
+        snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s:%lld", k ? "+" : "",
+                 type_name(b.m.type[k]), (long long)b.m.rows[k]);
+    const double bytes = (double)gbytes + 4.0 * (double)(n * b.cols + n * b.rows);
+    for (int sep = 0; sep < 2; sep++) {
+        b.separate = sep;
+        const double us = bk_time(bk_mix_launch, &b, per_graph, reps, s);
+        if (us <= 0)
+            goto fail;
+        const double gbps = bytes / (us * 1e3);
+        if (json)
+            printf("{\"kernel\": \"%s\", \"parts\": \"%s\", \"cols\": %lld, \"n\": %lld, \"us\": %.2f, "
+                   "\"gbps\": %.1f, \"bw_frac\": %.3f}\n",
+                   sep ? "parts" : "mix", name, (long long)b.cols, (long long)n, us, gbps, bw > 0 ? gbps / bw : 0);
+        else
+            printf("%-5s %s x %lld n=%lld: %.2f us (%s), %.0f GB/s, %.1f%% of bw\n", sep ? "parts" : "mix", name,
+                   (long long)b.cols, (long long)n, us, sep ? "one launch per part" : "one launch", gbps,
+                   bw > 0 ? 100 * gbps / bw : 0);
+    }
+    rc = 0;
+fail:
+    cudaFree(b.w);
+    cudaFree(b.x);
+    cudaFree(b.y);
+    free(packed);
+    free(hx);
+    return rc;
+}
+
 typedef struct bk_shape {
     int64_t rows, cols, n;
     double ggml; /* ggml's microseconds (reference figures), 0: none */
@@ -291,9 +437,11 @@ int bench_kernels(int argc, char **argv)
 {
     int json = 0, reps = 20;
     int types[32] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
-    int ntypes = 4;
+    int ntypes = 4, types_given = 0;
     bk_shape custom[16];
     int ncustom = 0;
+    bk_mix mixes[4];
+    int nmix = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = 1;
@@ -303,6 +451,7 @@ int bench_kernels(int argc, char **argv)
             char buf[512];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
             ntypes = 0;
+            types_given = 1;
             for (char *tok = strtok(buf, ","); tok && ntypes < 32; tok = strtok(NULL, ",")) {
                 const type_traits *t = type_traits_by_name(tok);
                 if (!t || !cuda_weight_supported(t->id)) {
@@ -318,6 +467,13 @@ int bench_kernels(int argc, char **argv)
                         argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--mix") && i + 1 < argc) {
+            if (nmix == 4 || bk_parse_mix(argv[++i], &mixes[nmix])) {
+                fprintf(stderr, "bench --kernels: --mix '%s': want TYPE:ROWS+TYPE:ROWS..xCOLS[xN] of block-tile "
+                        "types that stack (at most 4 --mix)\n", argv[i]);
+                return 2;
+            }
+            nmix++;
         } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
             i++; /* the attention bench's, which runs after this one */
         } else if (strcmp(argv[i], "--kernels") != 0 && strcmp(argv[i], "--quick") != 0) {
@@ -363,6 +519,13 @@ int bench_kernels(int argc, char **argv)
         goto fail;
     const double bw = (double)pbytes / (probe_us * 1e3);
 
+    for (int k = 0; k < nmix; k++)
+        for (int64_t n = mixes[k].n ? mixes[k].n : 1; n <= (mixes[k].n ? mixes[k].n : 8); n += 7)
+            if (bk_run_mix(&mixes[k], n, bw, reps, s, json))
+                fprintf(stderr, "bench --kernels: --mix %d failed\n", k);
+
+    if (nmix && !types_given && !ncustom)
+        ntypes = 0; /* --mix alone: only the stacks */
     for (int ti = 0; ti < ntypes; ti++) {
         const int type = types[ti];
         const bk_ggml *g = bk_ggml_of(type);

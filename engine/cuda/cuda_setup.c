@@ -183,9 +183,15 @@ static int upload_weight(strata_engine *e, cuda_stage *cs, const weight *w, dwei
  * their rows stacked: one matvec launch instead of three or two, over a
  * taller matrix, which the decode kernel streams closer to the bandwidth
  * (doc/cuda-kernels.md).  GGUF rows are contiguous, so stacking is a copy
- * of each part's bytes.  Only when every part has the same type and
- * width; otherwise dw stays empty and the parts are uploaded one by one.
- * STRATA_NO_FUSE=1 turns it off (for measuring it). */
+ * of each part's bytes.  When every part has the same type and width the
+ * stack is one matrix of that type; when the types differ but are all
+ * block-tile types (the llama.cpp recipe mixes: q, k IQ2_S and v Q4_K) it
+ * is a mixed stack (upload_mixed); otherwise dw stays empty and the parts
+ * are uploaded one by one.  STRATA_NO_FUSE=1 turns both off (for measuring
+ * them), STRATA_NO_MIX=1 only the mixed stacks. */
+static int upload_mixed(strata_engine *e, cuda_stage *cs, const weight *const *parts, int np,
+                        int64_t rows, dweight *dw, strata_error *err);
+
 static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const *parts, int np,
                           const char *name, dweight *dw, strata_error *err)
 {
@@ -193,12 +199,16 @@ static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const 
     if (env_on("STRATA_NO_FUSE"))
         return 0;
     int64_t rows = 0;
+    int same = 1;
     for (int i = 0; i < np; i++) {
         const weight *w = parts[i];
-        if (!w->data || w->n_mat != 1 || w->type != parts[0]->type || w->cols != parts[0]->cols)
+        if (!w->data || w->n_mat != 1 || w->cols != parts[0]->cols)
             return 0;
+        same &= w->type == parts[0]->type;
         rows += w->rows;
     }
+    if (!same)
+        return env_on("STRATA_NO_MIX") ? 0 : upload_mixed(e, cs, parts, np, rows, dw, err);
     size_t rb = type_row_bytes(parts[0]->type, parts[0]->cols);
     char *h = malloc((size_t)rows * rb);
     if (!h)
@@ -214,6 +224,49 @@ static int upload_stacked(strata_engine *e, cuda_stage *cs, const weight *const 
     weight st = {h, parts[0]->type, rows, parts[0]->cols, 1, (uint64_t)at, sname};
     int rc = upload_weight(e, cs, &st, dw, err);
     free(h);
+    return rc;
+}
+
+/* A mixed stack: each part packed in its own type's layout, the parts one
+ * after another in one allocation (cuda_matmul_mix).  Only when the card
+ * runs it (cuda_mix_supported: block-tile types, parts of whole 16-row
+ * m-tiles); else dw stays empty. */
+static int upload_mixed(strata_engine *e, cuda_stage *cs, const weight *const *parts, int np,
+                        int64_t rows, dweight *dw, strata_error *err)
+{
+    (void)e;
+    int types[CUDA_MIX_MAX];
+    int64_t prow[CUDA_MIX_MAX];
+    size_t off[CUDA_MIX_MAX + 1];
+    if (np > CUDA_MIX_MAX)
+        return 0;
+    off[0] = 0;
+    for (int i = 0; i < np; i++) {
+        types[i] = parts[i]->type;
+        prow[i] = parts[i]->rows;
+        if (!cuda_weight_supported(types[i]))
+            return 0;
+        size_t b = cuda_weight_bytes(types[i], prow[i], parts[i]->cols);
+        off[i + 1] = off[i] + (b + 255) / 256 * 256; /* each part 256-byte aligned */
+    }
+    if (!cuda_mix_candidate(types, prow, np) || !cuda_mix_supported(types, prow, np, parts[0]->cols))
+        return 0;
+    int rc = cuda_dmalloc(&dw->d, off[np], cs->dev, parts[0]->name ? parts[0]->name : "a mixed stack", err);
+    if (rc)
+        return rc;
+    dw->type = types[0];
+    dw->rows = rows;
+    dw->cols = parts[0]->cols;
+    dw->n_mat = 1;
+    dw->mix.n = np;
+    for (int i = 0; i < np && !rc; i++) {
+        dw->mix.type[i] = types[i];
+        dw->mix.rows[i] = prow[i];
+        dw->mix.w[i] = (char *)dw->d + off[i];
+        rc = cuda_weight_upload(types[i], prow[i], parts[i]->cols, parts[i]->data,
+                                (void *)dw->mix.w[i], cs->compute, err);
+    }
+    cs->weight_bytes += off[np];
     return rc;
 }
 

@@ -8,6 +8,7 @@
 
 #include "engine/cuda/backend_cuda.h"
 #include "engine/cuda/weight_types.h"
+#include "kernels/cuda/cuda_ops.h"
 
 #define MAX_GRAPH_ROWS 64
 /* Decode graphs of batch groups kept per stage (least recently used
@@ -26,6 +27,11 @@ typedef struct dweight {
     void *d;
     int type;
     int64_t rows, cols, n_mat;
+    /* a mixed stack (cuda_setup.c, upload_stacked): mix.n parts of
+     * different block-tile types, one after another in d (mix.w[i] points
+     * at part i); mix.n == 0 for every other weight.  type is then part 0's
+     * and rows the parts' together. */
+    cuda_mix mix;
 } dweight;
 
 typedef struct dlayer {

@@ -12,7 +12,8 @@
  *   - a norm is fused with the residual add before it (cuda_add_rmsnorm):
  *     the attention block ends with x += attention; xb = ffn_norm(x), and a
  *     dense FFN with x += ffn; xb = the next layer's attn_norm(x);
- *   - q|k|v and gate|up may be one stacked matrix (made at upload);
+ *   - q|k|v and gate|up may be one stacked matrix (made at upload), also when
+ *     their types differ (a mixed stack, cuda_matmul_mix);
  *   - the MoE FFN over more than one row sorts the (token, expert) pairs by
  *     expert and runs each expert matrix once for all of them (moe_grouped).
  * gemma3 (doc/engine.md, "gemma3") adds the embedding scale, the post-
@@ -68,8 +69,12 @@ static int fused(const srun *r) { return !((const cuda_engine *)r->e->cuda)->no_
 static void matmul(srun *r, const dweight *w, const float *x, int n, float *y)
 {
     cuda_stage *cs = r->cs;
-    keep(r, cuda_matmul(w->type, w->d, w->rows, w->cols, x, n, y, cs->mm_scratch,
-                        cs->mm_scratch_bytes, cs->compute, err_of(r)));
+    if (w->mix.n) /* a mixed stack: one decode launch over its parts' types */
+        keep(r, cuda_matmul_mix(&w->mix, w->cols, x, n, y, cs->mm_scratch, cs->mm_scratch_bytes,
+                                cs->compute, err_of(r)));
+    else
+        keep(r, cuda_matmul(w->type, w->d, w->rows, w->cols, x, n, y, cs->mm_scratch,
+                            cs->mm_scratch_bytes, cs->compute, err_of(r)));
 }
 
 /* STRATA_TRACE: copy the first row of a device vector back and print it

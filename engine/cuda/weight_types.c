@@ -35,6 +35,42 @@ int cuda_type_native(int type)
     }
 }
 
+int cuda_type_block_tile(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ2_XXS:
+    case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_S:
+    case GGML_TYPE_IQ4_XS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int cuda_mix_candidate(const int *types, const int64_t *rows, int n)
+{
+    if (!types || !rows || n < 2 || n > 4)
+        return 0;
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        if (!cuda_type_block_tile(types[i]) || rows[i] < 1 || (i + 1 < n && rows[i] % 16))
+            return 0;
+        same &= types[i] == types[0];
+    }
+    return !same;
+}
+
 void upload_note_add(upload_note *n, const char *name, int from, uint64_t file_bytes,
                      uint64_t card_bytes)
 {

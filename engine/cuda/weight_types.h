@@ -17,6 +17,17 @@
  * converts it to F16 (or, for a type strata cannot decode, refuses it). */
 int cuda_type_native(int type);
 
+/* 1 if `type` is one the card reads as block tiles (kernels/cuda/wblocks.cuh:
+ * Q4_1 Q5_0 Q5_1 IQ4_NL, the K-quants, IQ2_XXS IQ2_XS IQ2_S IQ3_S IQ4_XS). */
+int cuda_type_block_tile(int type);
+/* 1 if matrices of these types and rows (one width, n parts, stacked in
+ * this order) form a mixed stack on the card (cuda_matmul_mix): 2..4
+ * parts, not all of one type (that is a plain stack), every type a block
+ * tile, every part but the last a whole number of 16-row tiles.  The card's
+ * own check (cuda_mix_supported) adds only its shared-memory limit; the
+ * suite cuda_types holds the two against each other. */
+int cuda_mix_candidate(const int *types, const int64_t *rows, int n);
+
 /* Conversions at upload, per source type: how many tensors, their bytes in
  * the file and on the card, and the first few names. */
 #define UPLOAD_NOTE_NAMES 4

@@ -132,6 +132,27 @@ int cuda_matmul(int type, const void *w, int64_t rows, int64_t cols,
                 const float *x, int64_t n, float *y, void *scratch,
                 size_t scratch_bytes, cudaStream_t stream, strata_error *err);
 
+/* A mixed stack (kernels/cuda/matvec_mix.cu): matrices of one width and
+ * different block-tile types (wblocks.cuh: the K-quants, the IQ2s, IQ3_S,
+ * ...) that read the same input, their rows stacked (part 0's first), each
+ * part in its own device layout at w[i] (cuda_weight_bytes).  y[n x R] with
+ * R the parts' rows together.  Decode (n <= 8) is one launch in which each
+ * 16-row m-tile decodes its own part's type; prefill one launch per part.
+ * Both use the segment plan of the stacked shape (R x cols), so a row's
+ * result is bitwise the same at any n and path.  cuda_mix_supported: 1 when
+ * these parts can stack (2..CUDA_MIX_MAX parts, every type a block tile,
+ * every part but the last a multiple of 16 rows). */
+#define CUDA_MIX_MAX 4
+typedef struct cuda_mix {
+    int n;
+    int type[CUDA_MIX_MAX];
+    int64_t rows[CUDA_MIX_MAX];
+    const void *w[CUDA_MIX_MAX];
+} cuda_mix;
+int cuda_mix_supported(const int *types, const int64_t *rows, int n, int64_t cols);
+int cuda_matmul_mix(const cuda_mix *m, int64_t cols, const float *x, int64_t n, float *y,
+                    void *scratch, size_t scratch_bytes, cudaStream_t stream, strata_error *err);
+
 /* MoE prefill: n tokens sorted by expert (cuda_moe_group/gather), expert e
  * owning tokens [d_offsets[e], d_offsets[e + 1]), each multiplied by its
  * expert's rows x cols slab of w (slab e at e * cuda_weight_bytes(type,

@@ -93,6 +93,7 @@ struct MmArgs {
     Plan p;
     Act act; /* quantized activations in global memory, at token 0 */
     float *y;
+    int64_t ystride; /* floats between y's tokens: ws.rows, or a mixed stack's rows */
     int n;
     /* grouped (MoE prefill): the tokens are sorted by expert, expert e owns
      * tokens [goff[e], goff[e + 1]) and its weights sit gbytes after e-1's;
@@ -108,7 +109,7 @@ struct MmArgs {
 static void mm_layout(int type, MmArgs *a)
 {
     const Geo gm = geo(type);
-    const int tab = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
+    const int tab = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : wb::grid_bytes(type); /* tables or grid first */
     a->off_tot = tab;
     a->off_x = tab + MM_COLS / 2 * THREADS * 4;
     if (gm.i8) {
@@ -227,6 +228,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
     }
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init(smem);
+    wb::grid_init<TYPE>(smem); /* the IQ2s' and IQ3_S's grid (wrows.cuh) */
     const int R = blockIdx.x * WARPS + warp;
     const bool active = R < a.p.mt; /* idle warps still take part in the barriers */
     Act ga = a.act;
@@ -306,7 +308,7 @@ template <int TYPE> __global__ void __launch_bounds__(THREADS) matmul_kernel(con
         for (int q = 0; q < 4; ++q) {
             const int row = R * 16 + g + 8 * (q >> 1), col = c0 + 8 * j + 2 * t + (q & 1);
             if (row < rows && col >= cbeg && col < cend)
-                a.y[(size_t)col * rows + row] = tot[(4 * j + q) * THREADS];
+                a.y[(size_t)col * a.ystride + row] = tot[(4 * j + q) * THREADS];
         }
 }
 
@@ -364,6 +366,7 @@ static int mm_run(const char *who, int type, const void *w, int64_t rows, int64_
     a.ws = Wsrc{(const uint8_t *)w, (int)rows, (int)cols, p.ntk};
     a.p = p;
     a.y = y;
+    a.ystride = rows;
     a.n = (int)n;
     a.goff = goff;
     a.gexp = gexp;
@@ -429,3 +432,51 @@ extern "C" int cuda_matmul_grouped(int type, const void *w, int64_t rows, int64_
     return mm_run("cuda_matmul_grouped", type, w, rows, cols, x, n, n + MM_COLS, d_offsets, n_expert, y, scratch,
                   scratch_bytes, stream, err);
 }
+
+/* Prefill of a mixed stack (matvec_mix.cu): the activations in fp16 once,
+ * then one launch per part with the STACKED shape's plan (its segments are
+ * what the decode launch uses for every row), writing the part's rows at
+ * their offset in the stacked output. */
+namespace wt {
+int mm_mix(const cuda_mix *m, int64_t rows_total, int64_t cols, const float *x, int64_t n, float *y, void *scratch,
+           size_t scratch_bytes, cudaStream_t stream, strata_error *err)
+{
+    Plan p;
+    if (plan_make(m->type[0], rows_total, cols, &p))
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul_mix: %lld x %lld not supported",
+                          (long long)rows_total, (long long)cols);
+    const MmScratch s = mm_scratch(m->type[0], cols, n);
+    if (!scratch || scratch_bytes < s.bytes)
+        return strata_err(err, STRATA_E_ARG, "cuda_matmul_mix: scratch of %zu bytes, %zu needed", scratch_bytes,
+                          s.bytes);
+    __half *h = (__half *)scratch;
+    half_x_kernel<<<1024, 256, 0, stream>>>(x, (int)n, (int)cols, s.n_pad, s.cols_pad, h);
+    CUDA_CHECK_LAUNCH(err, "half_x_kernel");
+    int64_t r0 = 0;
+    for (int i = 0; i < m->n; i++) {
+        MmArgs a;
+        a.ws = Wsrc{(const uint8_t *)m->w[i], (int)m->rows[i], (int)cols, p.ntk};
+        a.p = p;
+        a.p.mt = (int)((m->rows[i] + 15) / 16); /* the part's m-tiles, the stack's segments */
+        a.act = Act{nullptr, nullptr, nullptr, h, s.cols_pad, 0};
+        a.y = y + r0;
+        a.ystride = rows_total;
+        a.n = (int)n;
+        a.goff = NULL;
+        a.gexp = 0;
+        a.gbytes = 0;
+        int rc;
+        switch (m->type[i]) {
+#define MM_CASE(T)                                                                                       \
+    case T: rc = mm_launch<T>(a, s.n_pad, stream, err); break;
+            WB_FOR_EACH(MM_CASE)
+#undef MM_CASE
+        default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matmul_mix: type %s", type_name(m->type[i]));
+        }
+        if (rc)
+            return rc;
+        r0 += m->rows[i];
+    }
+    return 0;
+}
+} /* namespace wt */

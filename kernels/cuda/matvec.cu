@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/f32_row.cuh"
+#include "kernels/cuda/mvfold.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 #include "kernels/cuda/wtile.cuh"
@@ -63,59 +64,11 @@ struct MvArgs {
     int n, nrb;
 };
 
-/* The k-segments of row-block rb (nseg > 1) through global memory: each
- * segment block stores its partial sums, and the last of the nseg to take
- * the row-block's ticket adds them up in segment order, v = ((0 + s0) + s1)
- * + ..., exactly prefill's sum (and that of the thread-block clusters that
- * did this before), and puts the ticket back to 0 for the next launch (as
- * the split attention folds its chunks).
- * No block waits for another, so the blocks need not be co-resident: the
- * plan may use every SM, or more blocks than SMs. */
+/* The k-segments of row-block rb (nseg > 1): mvfold.cuh. */
 __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb, const float (&acc)[4], int warp,
                                               int lane)
 {
-    const int g = lane >> 2, t = lane & 3, n = a.n, rows = a.ws.rows, nseg = a.p.nseg;
-    const size_t span = (size_t)n * BLOCK_ROWS; /* one segment's partials */
-    const size_t cell = (size_t)blockIdx.z * a.nrb + rb;
-    float *pb = a.part + cell * nseg * span;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int col = 2 * t + (i & 1);
-        if (col < n)
-            pb[blockIdx.y * span + (size_t)col * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[i];
-    }
-    /* as a grid barrier does it: the block's stores reach thread 0 through
-     * the barrier, its fence (cumulative) puts them before the ticket, and
-     * the last block's fence after its ticket before its loads (L2: ld.cg) */
-    __syncthreads();
-    bool last = false;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(a.tick + cell, 1u) == (unsigned)nseg - 1;
-        if (last)
-            __threadfence();
-    }
-    if (!__syncthreads_or(last))
-        return;
-    for (int i = threadIdx.x; i < (int)span; i += MV_THREADS) {
-        const int c = i / BLOCK_ROWS, rl = i - c * BLOCK_ROWS, row = rb * BLOCK_ROWS + rl;
-        if (row < rows) {
-            /* every segment's load in flight at once (one L2 round trip,
-             * not nseg), then the sum in segment order */
-            float p[MAX_SEGS];
-#pragma unroll
-            for (int sg = 0; sg < MAX_SEGS; ++sg)
-                p[sg] = sg < nseg ? __ldcg(pb + sg * span + i) : 0.f;
-            float v = 0.f;
-#pragma unroll
-            for (int sg = 0; sg < MAX_SEGS; ++sg)
-                if (sg < nseg)
-                    v += p[sg];
-            ay[(size_t)c * rows + row] = v;
-        }
-    }
-    if (threadIdx.x == 0)
-        a.tick[cell] = 0u; /* every block of this row-block has taken it */
+    mv_fold(a.tick, a.part, ay, (size_t)blockIdx.z * a.nrb + rb, rb, a.n, a.ws.rows, a.p.nseg, acc, warp, lane);
 }
 
 /* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns) */
@@ -155,6 +108,7 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
         ring_prime<TYPE>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init_dec(smem + a.l.off_tab);
+    wb::grid_init<TYPE>(smem); /* the IQ2s' and IQ3_S's grid (wrows.cuh) */
     /* Everything above reads only the weights and constants: with a
      * programmatic launch it overlapped the predecessor.  From here on the
      * activations are read and y is written. */
@@ -329,7 +283,7 @@ extern "C" int cuda_matvec_attach_scratch(cudaStream_t stream, void *scratch, si
 
 /* The stream's scratch: its tickets and partial sums, and how many floats
  * of partial sums it holds. */
-static int mv_fold_scratch(cudaStream_t stream, unsigned **tick, float **part, size_t *floats, strata_error *err)
+int mv_fold_scratch(cudaStream_t stream, unsigned **tick, float **part, size_t *floats, strata_error *err)
 {
     int dev = 0;
     CUDA_CHECK(err, cudaGetDevice(&dev));

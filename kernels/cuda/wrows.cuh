@@ -336,8 +336,10 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(cons
 /* The IQ grids' magnitudes as fp16 (exact: small integers), for Row: a
  * lookup then gives the half2 pairs directly, where mags_h2 spends a byte
  * permute and a subtraction per pair.  Built at compile time from the same
- * .inc tables; 4 KiB (IQ3_S, 4 halves an entry), 16 KiB (IQ2_S, 8), 8 KiB
- * (IQ2_XS) and 4 KiB (IQ2_XXS). */
+ * .inc tables; 16 KiB (IQ2_S, 8 halves an entry), 8 KiB (IQ2_XS) and 4 KiB
+ * (IQ2_XXS).  IQ3_S looks up its byte grid instead (Grid<IQ3_S>, below):
+ * replicated so its lookups do not collide in the banks, the fp16 table
+ * would not fit. */
 __host__ __device__ constexpr uint32_t hbits(uint32_t m) /* fp16 bits of m, 1 <= m < 2048 */
 {
     int e = 0;
@@ -369,14 +371,69 @@ static constexpr uint64_t k_iq2xxs_grid[256] = {
 static constexpr uint64_t k_iq2xs_grid[512] = {
 #include "model/iq2xs_grid.inc"
 };
-static constexpr HTab<512, 4> iq3s_h = htab<512, 4>(k_iq3s_grid);
 static constexpr HTab<256, 8> iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
 static constexpr HTab<512, 8> iq2xs_h = htab<512, 8>(k_iq2xs_grid);
 static constexpr HTab<1024, 8> iq2s_h = htab<1024, 8>(k_iq2s_grid);
-static __device__ const HTab<512, 4> d_iq3s_h = htab<512, 4>(k_iq3s_grid);
 static __device__ const HTab<1024, 8> d_iq2s_h = htab<1024, 8>(k_iq2s_grid);
 static __device__ const HTab<256, 8> d_iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
 static __device__ const HTab<512, 8> d_iq2xs_h = htab<512, 8>(k_iq2xs_grid);
+
+/* The grids in shared memory.  A warp's 32 lookups of a tile chunk hit
+ * random entries: read from the global table (through L1) they cost about
+ * one L1 wavefront per distinct 128-byte line, ~8 per quarter-warp of
+ * 16-byte IQ2 entries, and that, not the instruction count (IQ2_S 406
+ * SASS per tile and lane, fewer than Q2_K's 439), held IQ2_S and IQ3_S at
+ * half the bytes per second of the K-quants.  From shared memory the same
+ * lookups cost the bank conflicts of 8 (16 for IQ3_S's 8-byte entries)
+ * random entries, a few wavefronts.  So the matrix kernels copy the grid
+ * of their type into their shared memory (grid_init, once per block, at
+ * offset 0 of the dynamic shared memory unless said otherwise: GRID_BYTES
+ * ahead of the rest) and give it to the rows (set_grid); the host, and a
+ * caller that passes no copy, read the global tables. */
+template <int TYPE> struct Grid {
+    static constexpr int bytes = 0;
+};
+#define WB_GRID(T, tab)                                                                                  \
+    template <> struct Grid<T> {                                                                         \
+        static constexpr int bytes = (int)sizeof(tab);                                                   \
+        __device__ static const uint4 *src() { return (const uint4 *)d_##tab.v; }                      \
+    };
+/* IQ3_S: its 512 four-byte entries (the byte grid, 2 KiB) in 16 copies,
+ * entry i of copy r at word 16 i + r, lane l reading copy l % 16: a
+ * warp's LDS.32 is then at most two lanes to a bank (lanes l and l + 16
+ * when their entries have the same parity), ~2 wavefronts, where the fp16
+ * table's random LDS.64 took ~6; 32 KiB. */
+template <> struct Grid<GGML_TYPE_IQ3_S> {
+    static constexpr int bytes = 16 * 512 * 4;
+};
+WB_GRID(GGML_TYPE_IQ2_S, iq2s_h)
+WB_GRID(GGML_TYPE_IQ2_XS, iq2xs_h)
+WB_GRID(GGML_TYPE_IQ2_XXS, iq2xxs_h)
+#undef WB_GRID
+/* Shared-memory bytes of a type's grid (0: none). */
+__host__ __device__ constexpr int grid_bytes(int type)
+{
+    return type == GGML_TYPE_IQ3_S     ? Grid<GGML_TYPE_IQ3_S>::bytes
+           : type == GGML_TYPE_IQ2_S   ? Grid<GGML_TYPE_IQ2_S>::bytes
+           : type == GGML_TYPE_IQ2_XS  ? Grid<GGML_TYPE_IQ2_XS>::bytes
+           : type == GGML_TYPE_IQ2_XXS ? Grid<GGML_TYPE_IQ2_XXS>::bytes
+                                       : 0;
+}
+#ifdef __CUDACC__
+/* Copy TYPE's grid to dst (shared memory, 16-byte aligned) with the whole
+ * block; the caller syncs before the first lookup. */
+template <int TYPE> __device__ __forceinline__ void grid_init(uint8_t *dst)
+{
+    if constexpr (TYPE == GGML_TYPE_IQ3_S) {
+        for (int w = threadIdx.x; w < 16 * 512; w += blockDim.x)
+            ((uint32_t *)dst)[w] = d_iq3s_grid[w >> 4];
+    } else if constexpr (Grid<TYPE>::bytes > 0) {
+        const uint4 *src = Grid<TYPE>::src();
+        for (int i = threadIdx.x; i < Grid<TYPE>::bytes / 16; i += blockDim.x)
+            ((uint4 *)dst)[i] = src[i];
+    }
+}
+#endif
 
 /* fp16 pair k (elements 2k, 2k + 1) of a group of eight with signs s8 (bit
  * i: element i negative): the two sign bits under bits 15 and 31 by one
@@ -433,10 +490,12 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
     int t;
     uint2 h0, h1; /* byte c of word w: ninth bit of group 2t (h0) / 2t + 1 (h1) of chunk 4w + c */
     uint32_t db[4];
+    const uint8_t *gt; /* on the card: this lane's copy of the byte grid in shared memory (set_grid) */
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = nullptr;
         const uint2 qh = ld8at(al(c), 66);
         h0 = make_uint2((qh.x >> (2 * t)) & 0x01010101u, (qh.y >> (2 * t)) & 0x01010101u);
         h1 = make_uint2((qh.x >> (2 * t + 1)) & 0x01010101u, (qh.y >> (2 * t + 1)) & 0x01010101u);
@@ -455,11 +514,23 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
         const uint32_t q = u16(b + 2 + 8 * ch + 2 * t), s8 = b[74 + 4 * ch + t];
         const uint32_t sel = 0x2200u | (uint32_t)(4 + (ch & 3)) << 4;
         const uint32_t i0 = bperm(q, ch < 4 ? h0.x : h0.y, sel), i1 = bperm(q, ch < 4 ? h1.x : h1.y, sel | 1u);
-        const uint2 *tab = (const uint2 *)WB_TAB(iq3s_h).v;
-        const uint2 g0 = tab[i0], g1 = tab[i1];
+        /* four magnitude bytes per index from the replicated byte grid
+         * (Grid<IQ3_S>: entry i of copy r at word 16 i + r, so a warp's 32
+         * lookups are at most two to a bank), then as fp16 pairs: 1024 + m
+         * by a byte permute, 1024 off (exact: the fp16 table's bits) */
+#ifdef __CUDA_ARCH__
+        const uint32_t m0 = *(const uint32_t *)(gt + (i0 << 6)), m1 = *(const uint32_t *)(gt + (i1 << 6));
+#else
+        const uint32_t m0 = k_iq3s_grid[i0], m1 = k_iq3s_grid[i1];
+#endif
+        const __half2 k1024 = h2of(1024.f);
+        const uint32_t g0x = h2bits(__hsub2(bits2h2(bperm(m0, 0x64646464u, 0x4140)), k1024));
+        const uint32_t g0y = h2bits(__hsub2(bits2h2(bperm(m0, 0x64646464u, 0x4342)), k1024));
+        const uint32_t g1x = h2bits(__hsub2(bits2h2(bperm(m1, 0x64646464u, 0x4140)), k1024));
+        const uint32_t g1y = h2bits(__hsub2(bits2h2(bperm(m1, 0x64646464u, 0x4342)), k1024));
         const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
-        return make_uint4(signed_h2(g0.x, s8, 0, sc), signed_h2(g0.y, s8, 1, sc), signed_h2(g1.x, s8, 2, sc),
-                          signed_h2(g1.y, s8, 3, sc));
+        return make_uint4(signed_h2(g0x, s8, 0, sc), signed_h2(g0y, s8, 1, sc), signed_h2(g1x, s8, 2, sc),
+                          signed_h2(g1y, s8, 3, sc));
     }
 };
 /* IQ2_S: chunk ch is sub-block ch, scale nibble t >> 1 of byte 74 + ch
@@ -473,10 +544,12 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     int t;
     uint2 hi;     /* byte c of word w: index bits 8, 9 of chunk 4w + c */
     uint32_t db[4];
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2s_h).v;
         const uint2 qh = ld8at(al(c), 66);
         hi = make_uint2((qh.x >> (2 * t)) & 0x03030303u, (qh.y >> (2 * t)) & 0x03030303u);
         iq2_scales(ld8b<2>(c + 74), t, u16(c), db);
@@ -485,7 +558,7 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     {
         const uint32_t q = b[2 + 4 * ch + t], s8 = b[34 + 4 * ch + t];
         const uint32_t i = bperm(q, ch < 4 ? hi.x : hi.y, 0x1100u | (uint32_t)(4 + (ch & 3)) << 4);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2s_h).v)[i], s8, pick_h2(db[ch >> 1], ch & 1));
+        return iq2_signed8(gt[i], s8, pick_h2(db[ch >> 1], ch & 1));
     }
 };
 /* IQ2_XS: group 4 ch + t is the u16 qs[4 ch + t]: 9-bit index, 7 signs
@@ -495,16 +568,18 @@ template <> struct Row<GGML_TYPE_IQ2_XS> {
     const uint8_t *b;
     int t;
     uint32_t db[4];
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2xs_h).v;
         iq2_scales(ld8b<2>(c + 66), t, u16(c), db);
     }
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
     {
         const uint32_t q = u16(b + 2 + 8 * ch + 2 * t);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2xs_h).v)[q & 511], sign7(q >> 9), pick_h2(db[ch >> 1], ch & 1));
+        return iq2_signed8(gt[q & 511], sign7(q >> 9), pick_h2(db[ch >> 1], ch & 1));
     }
 };
 /* IQ2_XXS: chunk ch is the record at 2 + 8 ch: index byte t, then a u32
@@ -515,10 +590,12 @@ template <> struct Row<GGML_TYPE_IQ2_XXS> {
     const uint8_t *b;
     int t;
     __half2 d;
+    const uint4 *gt;
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
+        gt = (const uint4 *)WB_TAB(iq2xxs_h).v;
         d = __half2half2(__ushort_as_half((unsigned short)u16(c)));
     }
     __host__ __device__ __forceinline__ uint4 dec(int ch) const
@@ -526,9 +603,18 @@ template <> struct Row<GGML_TYPE_IQ2_XXS> {
         const uint8_t *rec = b + 2 + 8 * ch;
         const uint32_t w = u32(rec + 4), v = ((w >> 27) & 0x1eu) | 1u; /* 2 ls + 1 */
         const __half2 sc = __hmul2(eighth_h2((v | 0x6400u) * 0x00010001u), d);
-        return iq2_signed8(((const uint4 *)WB_TAB(iq2xxs_h).v)[rec[t]], sign7((w >> (7 * t)) & 127), sc);
+        return iq2_signed8(gt[rec[t]], sign7((w >> (7 * t)) & 127), sc);
     }
 };
+/* Point a row's lookups at a grid copy (grid_init); no-op for types
+ * without a grid. */
+template <int TYPE> __host__ __device__ __forceinline__ void set_grid(Row<TYPE> &r, const uint8_t *tab, int lane)
+{
+    if constexpr (TYPE == GGML_TYPE_IQ3_S)
+        r.gt = tab + 4 * (lane & 15); /* this lane's copy */
+    else if constexpr (Grid<TYPE>::bytes > 0)
+        r.gt = (decltype(r.gt))tab;
+}
 template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_IQ2_XXS>(const uint8_t *b, int e0)
 {
     Row<GGML_TYPE_IQ2_XXS> r;

@@ -715,13 +715,16 @@ __device__ __forceinline__ void tile_mma_blk(const Raw<TYPE> &r, const Act &a, i
  * (wblocks.cuh, Row: Q3_K, IQ3_S, IQ2_S): the chunk loop unrolled, so the
  * fields stay in registers. */
 template <int TYPE, int NG, bool G>
-__device__ __forceinline__ void tile_mma_rows(const Raw<TYPE> &r, const Act &a, int k0, float (&acc)[NG][4], int lane)
+__device__ __forceinline__ void tile_mma_rows(const Raw<TYPE> &r, const Act &a, int k0, float (&acc)[NG][4],
+                                              const uint8_t *grid, int lane)
 {
     constexpr int RB = wb::rb(TYPE);
     const int g = lane >> 2, t = lane & 3;
     wb::Row<TYPE> r0, r1;
     r0.load(r.p + g * RB, t);
     r1.load(r.p + (g + 8) * RB, t);
+    wb::set_grid(r0, grid, lane); /* the IQ types' grid: the kernel's copy in shared memory (wrows.cuh) */
+    wb::set_grid(r1, grid, lane);
 #pragma unroll
     for (int ch = 0; ch < 8; ++ch) {
         const uint4 h0 = r0.dec(ch), h1 = r1.dec(ch);
@@ -733,13 +736,14 @@ __device__ __forceinline__ void tile_mma_rows(const Raw<TYPE> &r, const Act &a, 
         }
     }
 }
-/* One tile of any type into acc (what the kernels call). */
+/* One tile of any type into acc (what the kernels call).  tab: the IQ3_XXS
+ * tables, or the IQ2s' and IQ3_S's grid (wb::grid_init), in shared memory. */
 template <int TYPE, int NG, bool G>
 __device__ __forceinline__ void tile_any(const Raw<TYPE> &r, const Act &a, int k0, int b0, float (&acc)[NG][4],
                                          const uint8_t *tab, int lane)
 {
     if constexpr (is_blk(TYPE) && wb::Row<TYPE>::whole)
-        tile_mma_rows<TYPE, NG, G>(r, a, k0, acc, lane);
+        tile_mma_rows<TYPE, NG, G>(r, a, k0, acc, tab, lane);
     else if constexpr (is_blk(TYPE))
         tile_mma_blk<TYPE, NG, G>(r, a, k0, acc, lane);
     else
@@ -1000,7 +1004,8 @@ inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
     /* the table hole [off_tab, off_tab + hole) */
     const int hole = type == GGML_TYPE_IQ3_XXS ? TAB_BYTES : 0;
     l.off_tab = hole ? (TAB_BYTES - smem_lo % TAB_BYTES) % TAB_BYTES : 0;
-    int off = l.off_tab == 0 ? hole : 0;
+    /* the IQ2s' and IQ3_S's grid first, at 0 (the other types have none) */
+    int off = (l.off_tab == 0 ? hole : 0) + wb::grid_bytes(type);
     int act = 0;
     if (gm.i8) {
         /* stride = 32 (mod 128) bytes: a warp's 8-byte B loads (tokens g,

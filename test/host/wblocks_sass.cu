@@ -12,10 +12,12 @@ template <int TYPE> __global__ void probe(const uint8_t *__restrict__ gw, const 
     constexpr int RB = wb::rb(TYPE);
     extern __shared__ __align__(16) uint8_t sm[];
     __half *xs = (__half *)(sm + 16 * RB * 2);
+    uint8_t *grid = sm + 16 * RB * 2 + 8 * 256 * 2 * 2; /* the IQ types' grid, as the kernels keep it */
     for (int i = threadIdx.x; i < 16 * RB * 2; i += 32)
         sm[i] = gw[i];
     for (int i = threadIdx.x; i < 8 * 256 * 2; i += 32)
         xs[i] = gx[i];
+    wb::grid_init<TYPE>(grid);
     __syncwarp();
     const int lane = threadIdx.x & 31;
     wt::Act a{};
@@ -26,7 +28,7 @@ template <int TYPE> __global__ void probe(const uint8_t *__restrict__ gw, const 
     for (int T = 0; T < ntile; ++T) {
         wt::Raw<TYPE> r;
         r.p = sm + (T & 1) * 16 * RB; /* two slots, as a ring */
-        wt::tile_any<TYPE, 1, false>(r, a, (T & 1) * 256, 0, acc, nullptr, lane);
+        wt::tile_any<TYPE, 1, false>(r, a, (T & 1) * 256, 0, acc, grid, lane);
     }
     out[threadIdx.x] = acc[0][0] + acc[0][1] + acc[0][2] + acc[0][3];
 }
