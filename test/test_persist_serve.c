@@ -340,7 +340,7 @@ START_TEST(persist_serve_restart)
     snprintf(args, sizeof args, "--conversation-save '%s'", save);
     const int max_tokens = 12;
     convo c = {0};
-    convo_add(&c, "user", "hi", 2);
+    convo_add(&c, "user", "hello", 5);
 
     srv sv;
     srv_start(&sv, cli, model, dir, args);
@@ -367,7 +367,7 @@ START_TEST(persist_serve_restart)
                   a2.prompt, a2.cached, image_tokens(&a1), a1.prompt, a1.completion, a1.finish);
     /* a server that never stopped (and saves nothing) answers the same */
     convo one = {0};
-    convo_add(&one, "user", "hi", 2);
+    convo_add(&one, "user", "hello", 5);
     srv_start(&sv, cli, model, dir, "");
     answer r1 = ask(&sv, dir, &one, max_tokens);
     answer r2 = ask(&sv, dir, &c, max_tokens);
