@@ -14,24 +14,9 @@ int cuda_type_native(int type)
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q2_0:
     case GGML_TYPE_IQ3_XXS:
-    /* read from their ggml blocks (kernels/cuda/wblocks.cuh) */
-    case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q5_0:
-    case GGML_TYPE_Q5_1:
-    case GGML_TYPE_IQ4_NL:
-    case GGML_TYPE_Q2_K:
-    case GGML_TYPE_Q3_K:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-    case GGML_TYPE_IQ2_XXS:
-    case GGML_TYPE_IQ2_XS:
-    case GGML_TYPE_IQ2_S:
-    case GGML_TYPE_IQ3_S:
-    case GGML_TYPE_IQ4_XS:
         return 1;
     default:
-        return 0;
+        return cuda_type_block_tile(type); /* read from their ggml blocks (kernels/cuda/wblocks.cuh) */
     }
 }
 

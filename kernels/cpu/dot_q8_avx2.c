@@ -12,22 +12,33 @@
 #if defined(__x86_64__)
 #include "kernels/cpu/dot_avx2.h"
 
+/* A 32-value block loaded into v, its step d = amax / 127 and the inverse
+ * (0 for an all-zero block), as act_q8_quantize computes them: the int8 and
+ * the 16-bit codes share it. */
+static AVX2_FN void block_scale_avx2(const float *xb, __m256 v[4], float *d, float *id)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(xb + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m */
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float amax = _mm_cvtss_f32(m4);
+    *d = amax / 127.0f;
+    *id = *d != 0.0f ? 127.0f / amax : 0.0f;
+}
+
 AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f),
-                 hi = _mm256_set1_ps(127.0f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m */
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        const float amax = _mm_cvtss_f32(m4);
-        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        __m256 v[4];
+        float d, id;
+        block_scale_avx2(xb, v, &d, &id);
         const __m256 idv = _mm256_set1_ps(id);
         __m256i q[4], sum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
@@ -56,20 +67,12 @@ AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
  * the same products t, v = 256 q + lo in int32, packed to int16. */
 AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f),
-                 hi = _mm256_set1_ps(127.0f), k256 = _mm256_set1_ps(256.0f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f), k256 = _mm256_set1_ps(256.0f);
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m */
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        const float amax = _mm_cvtss_f32(m4);
-        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        __m256 v[4];
+        float d, id;
+        block_scale_avx2(xb, v, &d, &id);
         const __m256 idv = _mm256_set1_ps(id);
         __m256i q[4], sum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {

@@ -14,14 +14,23 @@
 #include "kernels/cpu/act_q8.h"
 #include "model/quant.h"
 
+/* A 32-value block's step d = amax / 127 and its inverse (0 for an all-zero
+ * block): the int8 and the 16-bit codes share it. */
+static void block_scale(const float *xb, float *d, float *id)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fmaxf(amax, fabsf(xb[j]));
+    *d = amax / 127.0f;
+    *id = *d != 0.0f ? 127.0f / amax : 0.0f;
+}
+
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq)
 {
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        float d, id;
+        block_scale(xb, &d, &id);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
             float r = nearbyintf(xb[j] * id);
@@ -38,10 +47,8 @@ void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq)
 {
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        float d, id;
+        block_scale(xb, &d, &id);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
             const float t = xb[j] * id;
