@@ -144,12 +144,7 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
         act = Act{xq, dx, xs, nullptr, n == 1 ? 0 : a.l.xstride, MV_COLS};
     } else {
         __half *xh = (__half *)(smem + a.l.off_xq);
-        for (int i = threadIdx.x; i < n * klen; i += MV_THREADS) { /* the n tokens only, as above */
-            const int c = i / klen, k = i - c * klen;
-            const size_t o = (size_t)c * a.xstride + kb + k;
-            const float v = kb + k < cols ? (au ? swiglu1(ax[o], au[o]) : ax[o]) : 0.f;
-            xh[c * a.l.xstride + k] = __float2half_rn(v);
-        }
+        stage_h16(ax, au, a.xstride, kb, klen, cols, n, xh, a.l.xstride); /* the n tokens only, as above */
         act = Act{nullptr, nullptr, nullptr, xh, n == 1 ? 0 : a.l.xstride, 0};
     }
     /* n = 1: every lane's B fragment reads token 0's row (token stride 0):

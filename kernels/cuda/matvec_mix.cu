@@ -123,14 +123,13 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
         if (a.ginit[i])
             mix_grid(a.type[i], smem + a.goff[i]);
     pdl_wait();
-    /* the activations as fp16, as matvec.cu's F16 path stages them */
+    /* the activations as fp16, as matvec.cu's F16 path stages them: the n
+     * tokens only (the other mma columns read whatever is there and are
+     * never stored), and at n = 1 every lane's B fragment reads token 0's
+     * row (token stride 0: fewer shared-memory wavefronts a load) */
     __half *xh = (__half *)(smem + a.l.off_xq);
-    for (int i = threadIdx.x; i < MV_COLS * klen; i += MV_THREADS) {
-        const int c = i / klen, k = i - c * klen;
-        const float v = (c < n && kb + k < cols) ? a.x[(size_t)c * cols + kb + k] : 0.f;
-        xh[c * a.l.xstride + k] = __float2half_rn(v);
-    }
-    const Act act{nullptr, nullptr, nullptr, xh, a.l.xstride, 0};
+    stage_h16(a.x, nullptr, cols, kb, klen, cols, n, xh, a.l.xstride);
+    const Act act{nullptr, nullptr, nullptr, xh, n == 1 ? 0 : a.l.xstride, 0};
     __syncthreads();
 
     int it = 0;

@@ -336,10 +336,10 @@ template <> __host__ __device__ __forceinline__ uint4 dec8h<GGML_TYPE_Q6_K>(cons
 /* The IQ grids' magnitudes as fp16 (exact: small integers), for Row: a
  * lookup then gives the half2 pairs directly, where mags_h2 spends a byte
  * permute and a subtraction per pair.  Built at compile time from the same
- * .inc tables; 16 KiB (IQ2_S, 8 halves an entry), 8 KiB (IQ2_XS) and 4 KiB
- * (IQ2_XXS).  IQ3_S looks up its byte grid instead (Grid<IQ3_S>, below):
- * replicated so its lookups do not collide in the banks, the fp16 table
- * would not fit. */
+ * .inc tables; 8 KiB (IQ2_XS) and 4 KiB (IQ2_XXS).  IQ3_S and IQ2_S look
+ * up their byte grids instead (Grid<IQ3_S>, Grid<IQ2_S>, below):
+ * replicated so their lookups collide less in the banks; the fp16 tables
+ * would not fit replicated. */
 __host__ __device__ constexpr uint32_t hbits(uint32_t m) /* fp16 bits of m, 1 <= m < 2048 */
 {
     int e = 0;
@@ -373,8 +373,6 @@ static constexpr uint64_t k_iq2xs_grid[512] = {
 };
 static constexpr HTab<256, 8> iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
 static constexpr HTab<512, 8> iq2xs_h = htab<512, 8>(k_iq2xs_grid);
-static constexpr HTab<1024, 8> iq2s_h = htab<1024, 8>(k_iq2s_grid);
-static __device__ const HTab<1024, 8> d_iq2s_h = htab<1024, 8>(k_iq2s_grid);
 static __device__ const HTab<256, 8> d_iq2xxs_h = htab<256, 8>(k_iq2xxs_grid);
 static __device__ const HTab<512, 8> d_iq2xs_h = htab<512, 8>(k_iq2xs_grid);
 
@@ -406,7 +404,16 @@ template <int TYPE> struct Grid {
 template <> struct Grid<GGML_TYPE_IQ3_S> {
     static constexpr int bytes = 16 * 512 * 4;
 };
-WB_GRID(GGML_TYPE_IQ2_S, iq2s_h)
+/* IQ2_S: its 1024 eight-byte entries (the byte grid, 8 KiB) in 8 copies,
+ * entry i of copy r at 64 i + 8 r, lane l reading copy l % 8: a warp's
+ * LDS.64 (two phases of 16 lanes) has two lanes per copy in a phase, ~4
+ * wavefronts where the single fp16 table's random LDS.128 took ~10 (a
+ * simulation of uniform random indices); 64 KiB, so the rings of IQ2_S
+ * give up a tile (blk_depth). */
+template <> struct Grid<GGML_TYPE_IQ2_S> {
+    static constexpr int copies = 8;
+    static constexpr int bytes = copies * 1024 * 8;
+};
 WB_GRID(GGML_TYPE_IQ2_XS, iq2xs_h)
 WB_GRID(GGML_TYPE_IQ2_XXS, iq2xxs_h)
 #undef WB_GRID
@@ -425,8 +432,22 @@ __host__ __device__ constexpr int grid_bytes(int type)
 template <int TYPE> __device__ __forceinline__ void grid_init(uint8_t *dst)
 {
     if constexpr (TYPE == GGML_TYPE_IQ3_S) {
-        for (int w = threadIdx.x; w < 16 * 512; w += blockDim.x)
-            ((uint32_t *)dst)[w] = d_iq3s_grid[w >> 4];
+        /* the 16 copies of an entry are 4 adjacent 16-byte words: one load
+         * and one 16-byte store each, and the loads of a thread in flight
+         * together (a word at a time took 16 dependent rounds at 512 threads) */
+#pragma unroll 4
+        for (int i = threadIdx.x; i < 4 * 512; i += blockDim.x) {
+            const uint32_t v = d_iq3s_grid[i >> 2];
+            ((uint4 *)dst)[i] = make_uint4(v, v, v, v);
+        }
+    } else if constexpr (TYPE == GGML_TYPE_IQ2_S) {
+        /* entry e's copies r, r + 1 as one 16-byte word */
+        constexpr int W = Grid<TYPE>::copies / 2;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < W * 1024; i += blockDim.x) {
+            const uint64_t v = d_iq2s_grid[i / W];
+            ((uint4 *)dst)[i] = make_uint4((uint32_t)v, (uint32_t)(v >> 32), (uint32_t)v, (uint32_t)(v >> 32));
+        }
     } else if constexpr (Grid<TYPE>::bytes > 0) {
         const uint4 *src = Grid<TYPE>::src();
         for (int i = threadIdx.x; i < Grid<TYPE>::bytes / 16; i += blockDim.x)
@@ -443,6 +464,19 @@ __host__ __device__ __forceinline__ uint32_t signed_h2(uint32_t mags, uint32_t s
 {
     const uint32_t m = (s8 * (0x40008000u >> (2 * k))) & 0x80008000u;
     return h2bits(__hmul2(bits2h2(mags ^ m), sc));
+}
+/* The same pair from the magnitudes' magic halves x = 1024 + m (a byte
+ * permute of the byte grid): one hfma2 x * sc + nk with nk = -1024 sc
+ * (exact: a power of two times sc) is m * sc rounded once, as hmul2 of the
+ * exact m would round it, and the sign goes on after the rounding (which
+ * is symmetric): 4 instructions a pair where the subtraction of 1024, the
+ * sign and the hmul2 took 5.  Exact while 1024 sc is finite (|sc| < 64,
+ * weights under 960 in magnitude; past that inf or NaN, never a wrong
+ * finite value). */
+__host__ __device__ __forceinline__ uint32_t signed_mag_h2(uint32_t x, uint32_t s8, int k, __half2 sc, __half2 nk)
+{
+    const uint32_t m = (s8 * (0x40008000u >> (2 * k))) & 0x80008000u;
+    return h2bits(hfma2(bits2h2(x), sc, nk)) ^ m;
 }
 /* (1024 + v) / 8 - 128 = v / 8, exact */
 __host__ __device__ __forceinline__ __half2 eighth_h2(uint32_t w)
@@ -517,39 +551,39 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
         /* four magnitude bytes per index from the replicated byte grid
          * (Grid<IQ3_S>: entry i of copy r at word 16 i + r, so a warp's 32
          * lookups are at most two to a bank), then as fp16 pairs: 1024 + m
-         * by a byte permute, 1024 off (exact: the fp16 table's bits) */
+         * by a byte permute, scaled and signed by signed_mag_h2 (the bits
+         * of the fp16 table's m times sc) */
 #ifdef __CUDA_ARCH__
         const uint32_t m0 = *(const uint32_t *)(gt + (i0 << 6)), m1 = *(const uint32_t *)(gt + (i1 << 6));
 #else
         const uint32_t m0 = k_iq3s_grid[i0], m1 = k_iq3s_grid[i1];
 #endif
-        const __half2 k1024 = h2of(1024.f);
-        const uint32_t g0x = h2bits(__hsub2(bits2h2(bperm(m0, 0x64646464u, 0x4140)), k1024));
-        const uint32_t g0y = h2bits(__hsub2(bits2h2(bperm(m0, 0x64646464u, 0x4342)), k1024));
-        const uint32_t g1x = h2bits(__hsub2(bits2h2(bperm(m1, 0x64646464u, 0x4140)), k1024));
-        const uint32_t g1y = h2bits(__hsub2(bits2h2(bperm(m1, 0x64646464u, 0x4342)), k1024));
-        const __half2 sc = pick_h2(db[ch >> 1], ch & 1);
-        return make_uint4(signed_h2(g0x, s8, 0, sc), signed_h2(g0y, s8, 1, sc), signed_h2(g1x, s8, 2, sc),
-                          signed_h2(g1y, s8, 3, sc));
+        const __half2 sc = pick_h2(db[ch >> 1], ch & 1), nk = __hmul2(sc, h2of(-1024.f));
+        return make_uint4(signed_mag_h2(bperm(m0, 0x64646464u, 0x4140), s8, 0, sc, nk),
+                          signed_mag_h2(bperm(m0, 0x64646464u, 0x4342), s8, 1, sc, nk),
+                          signed_mag_h2(bperm(m1, 0x64646464u, 0x4140), s8, 2, sc, nk),
+                          signed_mag_h2(bperm(m1, 0x64646464u, 0x4342), s8, 3, sc, nk));
     }
 };
 /* IQ2_S: chunk ch is sub-block ch, scale nibble t >> 1 of byte 74 + ch
  * (db = d * (0.5 + ls) / 4 = d * ((2 ls + 1) / 8): hmul2 of d and the exact
  * fp16 (2 ls + 1) / 8 rounds once, as the float path); group 4 ch + t:
  * index byte qs[4 ch + t] with bits 2t, 2t + 1 of qh[ch] above it, signs
- * byte 32 + 4 ch + t; one 16-byte fp16 entry. */
+ * byte 32 + 4 ch + t; one 8-byte entry of the byte grid (Grid<IQ2_S>),
+ * made fp16, scaled and signed by signed_mag_h2: the bits of the fp16
+ * table's m times db. */
 template <> struct Row<GGML_TYPE_IQ2_S> {
     static constexpr bool whole = true;
     const uint8_t *b;
     int t;
     uint2 hi;     /* byte c of word w: index bits 8, 9 of chunk 4w + c */
     uint32_t db[4];
-    const uint4 *gt;
+    const uint8_t *gt; /* on the card: this lane's copy of the byte grid in shared memory (set_grid) */
     __host__ __device__ __forceinline__ void load(const uint8_t *c, int lane_t)
     {
         b = c;
         t = lane_t;
-        gt = (const uint4 *)WB_TAB(iq2s_h).v;
+        gt = nullptr;
         const uint2 qh = ld8at(al(c), 66);
         hi = make_uint2((qh.x >> (2 * t)) & 0x03030303u, (qh.y >> (2 * t)) & 0x03030303u);
         iq2_scales(ld8b<2>(c + 74), t, u16(c), db);
@@ -558,7 +592,16 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
     {
         const uint32_t q = b[2 + 4 * ch + t], s8 = b[34 + 4 * ch + t];
         const uint32_t i = bperm(q, ch < 4 ? hi.x : hi.y, 0x1100u | (uint32_t)(4 + (ch & 3)) << 4);
-        return iq2_signed8(gt[i], s8, pick_h2(db[ch >> 1], ch & 1));
+#ifdef __CUDA_ARCH__
+        const uint2 m = *(const uint2 *)(gt + i * (8 * Grid<GGML_TYPE_IQ2_S>::copies));
+#else
+        const uint2 m = make_uint2((uint32_t)k_iq2s_grid[i], (uint32_t)(k_iq2s_grid[i] >> 32));
+#endif
+        const __half2 sc = pick_h2(db[ch >> 1], ch & 1), nk = __hmul2(sc, h2of(-1024.f));
+        return make_uint4(signed_mag_h2(bperm(m.x, 0x64646464u, 0x4140), s8, 0, sc, nk),
+                          signed_mag_h2(bperm(m.x, 0x64646464u, 0x4342), s8, 1, sc, nk),
+                          signed_mag_h2(bperm(m.y, 0x64646464u, 0x4140), s8, 2, sc, nk),
+                          signed_mag_h2(bperm(m.y, 0x64646464u, 0x4342), s8, 3, sc, nk));
     }
 };
 /* IQ2_XS: group 4 ch + t is the u16 qs[4 ch + t]: 9-bit index, 7 signs
@@ -612,6 +655,8 @@ template <int TYPE> __host__ __device__ __forceinline__ void set_grid(Row<TYPE> 
 {
     if constexpr (TYPE == GGML_TYPE_IQ3_S)
         r.gt = tab + 4 * (lane & 15); /* this lane's copy */
+    else if constexpr (TYPE == GGML_TYPE_IQ2_S)
+        r.gt = tab + 8 * (lane % Grid<TYPE>::copies);
     else if constexpr (Grid<TYPE>::bytes > 0)
         r.gt = (decltype(r.gt))tab;
 }

@@ -279,6 +279,35 @@ __device__ __forceinline__ void quant_block(const float *src, int valid, int8_t 
     }
 }
 
+/* The decode kernels' fp16 activations (F16 and the block tiles): tokens
+ * 0..n-1 of segment [kb, kb + klen) into xh (token c at c * hstride),
+ * columns past cols as 0; xu set: swiglu1(x, xu) element by element.  A
+ * thread's loads are issued four at a time before their stores, so staging
+ * a segment costs one L2 round trip, not one per 512 elements (a plain loop
+ * waited for each load before the next; the down projection's 1792-column
+ * segment took four in a row). */
+__device__ __forceinline__ void stage_h16(const float *x, const float *xu, int64_t xstride, int kb, int klen,
+                                          int cols, int n, __half *xh, int hstride)
+{
+    const int total = n * klen;
+    for (int i0 = threadIdx.x; i0 < total; i0 += 4 * MV_THREADS) {
+        float v[4];
+        int at[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = i0 + u * MV_THREADS;
+            const int c = i / klen, k = i - c * klen;
+            const size_t o = (size_t)c * xstride + kb + k;
+            at[u] = i < total ? c * hstride + k : -1;
+            v[u] = i < total && kb + k < cols ? (xu ? swiglu1(x[o], xu[o]) : x[o]) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (at[u] >= 0)
+                xh[at[u]] = __float2half_rn(v[u]);
+    }
+}
+
 /* ---- IQ3_XXS --------------------------------------------------------------
  * Tile (1568 bytes = 16 rows x 98):
  *   [0, 1024)     grid indices: lane L at 32L: row g then row g+8, 16 bytes
@@ -811,11 +840,16 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* Ring geometry per type: slot bytes (32 lanes' pieces) and depth.  Block
- * tiles: a slot is the whole tile, as deep as fits in 8 KiB per warp
- * (2..8; the activations, fp16, take up to 70 KiB of the block). */
-constexpr int blk_depth(int slot) { return 8192 / slot < 2 ? 2 : 8192 / slot > 8 ? 8 : 8192 / slot; }
+ * tiles: a slot is the whole tile, as deep as fits in 8 KiB per warp less
+ * the warp's share of the type's grid (2..8; the activations, fp16, take up
+ * to 70 KiB of the block, so the block still fits with IQ2_S's 64 KiB). */
+constexpr int blk_depth(int type)
+{
+    const int d = (8192 - wb::grid_bytes(type) / 32) / geo(type).tile;
+    return d < 2 ? 2 : d > 8 ? 8 : d;
+}
 template <int TYPE> struct Ring {
-    static constexpr int SLOT = geo(TYPE).tile, D = blk_depth(geo(TYPE).tile);
+    static constexpr int SLOT = geo(TYPE).tile, D = blk_depth(TYPE);
 };
 template <> struct Ring<GGML_TYPE_IQ3_XXS> { static constexpr int SLOT = 1664, D = 4; };
 template <> struct Ring<GGML_TYPE_Q2_0> { static constexpr int SLOT = 768, D = 12; };
@@ -993,7 +1027,7 @@ inline int ring_bytes_per_warp(int type)
     case GGML_TYPE_Q8_0: return Ring<GGML_TYPE_Q8_0>::SLOT * Ring<GGML_TYPE_Q8_0>::D;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return Ring<GGML_TYPE_F16>::SLOT * Ring<GGML_TYPE_F16>::D;
-    default: return is_blk(type) ? geo(type).tile * blk_depth(geo(type).tile) : 0;
+    default: return is_blk(type) ? geo(type).tile * blk_depth(type) : 0;
     }
 }
 inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
