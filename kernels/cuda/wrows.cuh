@@ -478,6 +478,18 @@ __host__ __device__ __forceinline__ uint32_t signed_mag_h2(uint32_t x, uint32_t 
     const uint32_t m = (s8 * (0x40008000u >> (2 * k))) & 0x80008000u;
     return h2bits(hfma2(bits2h2(x), sc, nk)) ^ m;
 }
+/* Eight values of a group: magnitude bytes 0..3 in lo, 4..7 in hi, signs
+ * s8, scale sc2 (a half2 word of two chunks' scales, half hi_half of it).
+ * -1024 sc is taken of the whole word, so the chunks 2i and 2i + 1 that
+ * share it share the hmul2. */
+__host__ __device__ __forceinline__ uint4 signed_mags8(uint32_t lo, uint32_t hi, uint32_t s8, uint32_t sc2, int hi_half)
+{
+    const __half2 sc = pick_h2(sc2, hi_half), nk = pick_h2(h2bits(__hmul2(bits2h2(sc2), h2of(-1024.f))), hi_half);
+    return make_uint4(signed_mag_h2(bperm(lo, 0x64646464u, 0x4140), s8, 0, sc, nk),
+                      signed_mag_h2(bperm(lo, 0x64646464u, 0x4342), s8, 1, sc, nk),
+                      signed_mag_h2(bperm(hi, 0x64646464u, 0x4140), s8, 2, sc, nk),
+                      signed_mag_h2(bperm(hi, 0x64646464u, 0x4342), s8, 3, sc, nk));
+}
 /* (1024 + v) / 8 - 128 = v / 8, exact */
 __host__ __device__ __forceinline__ __half2 eighth_h2(uint32_t w)
 {
@@ -558,11 +570,7 @@ template <> struct Row<GGML_TYPE_IQ3_S> {
 #else
         const uint32_t m0 = k_iq3s_grid[i0], m1 = k_iq3s_grid[i1];
 #endif
-        const __half2 sc = pick_h2(db[ch >> 1], ch & 1), nk = __hmul2(sc, h2of(-1024.f));
-        return make_uint4(signed_mag_h2(bperm(m0, 0x64646464u, 0x4140), s8, 0, sc, nk),
-                          signed_mag_h2(bperm(m0, 0x64646464u, 0x4342), s8, 1, sc, nk),
-                          signed_mag_h2(bperm(m1, 0x64646464u, 0x4140), s8, 2, sc, nk),
-                          signed_mag_h2(bperm(m1, 0x64646464u, 0x4342), s8, 3, sc, nk));
+        return signed_mags8(m0, m1, s8, db[ch >> 1], ch & 1);
     }
 };
 /* IQ2_S: chunk ch is sub-block ch, scale nibble t >> 1 of byte 74 + ch
@@ -597,11 +605,7 @@ template <> struct Row<GGML_TYPE_IQ2_S> {
 #else
         const uint2 m = make_uint2((uint32_t)k_iq2s_grid[i], (uint32_t)(k_iq2s_grid[i] >> 32));
 #endif
-        const __half2 sc = pick_h2(db[ch >> 1], ch & 1), nk = __hmul2(sc, h2of(-1024.f));
-        return make_uint4(signed_mag_h2(bperm(m.x, 0x64646464u, 0x4140), s8, 0, sc, nk),
-                          signed_mag_h2(bperm(m.x, 0x64646464u, 0x4342), s8, 1, sc, nk),
-                          signed_mag_h2(bperm(m.y, 0x64646464u, 0x4140), s8, 2, sc, nk),
-                          signed_mag_h2(bperm(m.y, 0x64646464u, 0x4342), s8, 3, sc, nk));
+        return signed_mags8(m.x, m.y, s8, db[ch >> 1], ch & 1);
     }
 };
 /* IQ2_XS: group 4 ch + t is the u16 qs[4 ch + t]: 9-bit index, 7 signs
