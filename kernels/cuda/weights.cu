@@ -257,6 +257,14 @@ int launch_capacity(const void *fn, int threads, size_t smem, int nseg, int *out
         return strata_err(err, STRATA_E_UNSUPPORTED, "weight kernel: %zu bytes of shared memory, the card has %d", smem,
                           maxsm);
     CUDA_CHECK(err, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, maxsm));
+    /* every weight kernel asks for the same L1 / shared-memory split, the
+     * most shared memory (a hint: with none the driver picks a split per
+     * launch, and the kernels of a mix need 139-193 KiB where IQ3_XXS's
+     * need 173-228; an SM changes its split only when idle, so a launch
+     * whose split differs from the running kernel's cannot place blocks
+     * beside it) */
+    CUDA_CHECK(err, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
     if (nseg > 1) {
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];

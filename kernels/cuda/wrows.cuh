@@ -443,7 +443,7 @@ template <int TYPE> __device__ __forceinline__ void grid_init(uint8_t *dst)
     } else if constexpr (TYPE == GGML_TYPE_IQ2_S) {
         /* entry e's copies r, r + 1 as one 16-byte word */
         constexpr int W = Grid<TYPE>::copies / 2;
-#pragma unroll 4
+#pragma unroll 8
         for (int i = threadIdx.x; i < W * 1024; i += blockDim.x) {
             const uint64_t v = d_iq2s_grid[i / W];
             ((uint4 *)dst)[i] = make_uint4((uint32_t)v, (uint32_t)(v >> 32), (uint32_t)v, (uint32_t)(v >> 32));
