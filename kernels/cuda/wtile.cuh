@@ -979,28 +979,51 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
     const uint32_t tb = (uint32_t)__cvta_generic_to_shared(tab); /* IQ3_XXS: 64 KiB aligned (MvLayout) */
     if (!primed)
         ring_prime<TYPE>(ws, R, t0, t1, ring, lane);
-    for (int T = t0; T < t1; T += D) {
+    if constexpr (is_blk(TYPE)) {
+        /* Block tiles: one tile's code in the loop, not D.  A decode step
+         * runs a mix's kernels once each per layer, after ~100 MB of
+         * weights went through L2, so their code is likely fetched cold
+         * each time (the kernel bench replays one kernel: warm); their D
+         * unrolled tiles were 29-39 KiB of SASS, and what ncu (each kernel
+         * alone) timed over the kernel bench grew with it (4d027b6: Q3_K
+         * +3 us, IQ3_S +5.6, the mixed stack +8.4).  Now ~8 KiB, fewer
+         * registers (IQ3_S 104 -> 77, Q3_K 103 -> 63).  The slot is
+         * (tt - t0) mod D as in the unrolled loop: same order, same bits. */
+        int i = 0;
+#pragma unroll 1
+        for (int tt = t0; tt < t1; ++tt) {
+            __syncwarp(); /* every lane is done with the slot refilled next */
+            if (tt + D - 1 < t1)
+                ring_issue<TYPE>(rs + (i == 0 ? D - 1 : i - 1) * SLOT, ws, R, tt + D - 1, lane);
+            cp_commit();
+            cp_wait<D - 1>();
+            __syncwarp(); /* the other lanes' copies of this tile are in */
+            Raw<TYPE> cur;
+            ring_read<TYPE>(cur, ring + i * SLOT, lane);
+            const int k0 = (tt - kbase) * gm.kt;
+            tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+            i = i + 1 == D ? 0 : i + 1;
+        }
+    } else {
+        for (int T = t0; T < t1; T += D) {
 #pragma unroll
-        for (int i = 0; i < D; ++i) {
-            const int tt = T + i;
-            if (tt < t1) {
-                if (is_blk(TYPE))
-                    __syncwarp(); /* every lane is done with the slot refilled next */
-                if (tt + D - 1 < t1)
-                    ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
-                cp_commit();
-                cp_wait<D - 1>();
-                if (is_blk(TYPE))
-                    __syncwarp(); /* the other lanes' copies of this tile are in */
-                Raw<TYPE> cur;
-                ring_read<TYPE>(cur, ring + i * SLOT, lane);
-                const int k0 = (tt - kbase) * gm.kt;
-                if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
-                    tile_mma_iq3<1, false, true, N1>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
-                else if constexpr (TYPE == GGML_TYPE_Q2_0)
-                    tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
-                else
-                    tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+            for (int i = 0; i < D; ++i) {
+                const int tt = T + i;
+                if (tt < t1) {
+                    if (tt + D - 1 < t1)
+                        ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
+                    cp_commit();
+                    cp_wait<D - 1>();
+                    Raw<TYPE> cur;
+                    ring_read<TYPE>(cur, ring + i * SLOT, lane);
+                    const int k0 = (tt - kbase) * gm.kt;
+                    if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
+                        tile_mma_iq3<1, false, true, N1>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+                    else if constexpr (TYPE == GGML_TYPE_Q2_0)
+                        tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                    else
+                        tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                }
             }
         }
     }
