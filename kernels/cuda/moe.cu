@@ -58,6 +58,7 @@
 struct __align__(16) route_smem {
     float e[MOE_MAX_EXPERTS];     /* expf(l - max), then nothing */
     float p[MOE_MAX_EXPERTS + 4]; /* the probabilities, NaN past n_expert */
+    double part_d[RT_THREADS / 32]; /* the warps' sums */
     float part[RT_THREADS / 32];  /* the warps' maxima */
     float inv;                    /* 1 / the double sum, as a float */
     float wsel[MOE_MAX_USED];     /* slot j's probability */
@@ -91,30 +92,60 @@ __device__ void route_block(const float *r, int n_expert, int k, route_smem &sm,
 #pragma unroll
     for (int v = 0; v < RT_THREADS / 32; v++)
         mx = fmaxf(mx, sm.part[v]);
+    float e[RT_PER];
+    bool big = true; /* every one of this thread's e >= 2^-22 */
 #pragma unroll
     for (int u = 0; u < RT_PER; u++) {
         const int i = tid + u * RT_THREADS;
-        if (i < n_expert)
-            sm.e[i] = expf(__fsub_rn(l[u], mx));
-        else
+        e[u] = 0.f;
+        if (i < n_expert) {
+            e[u] = expf(__fsub_rn(l[u], mx));
+            sm.e[i] = e[u];
+            big = big && e[u] >= 0x1p-22f; /* false for a NaN */
+        } else {
             sm.p[i] = __int_as_float(0x7fc00000); /* NaN: beats nothing */
+        }
     }
     if (tid < 4)
         sm.p[MOE_MAX_EXPERTS + tid] = __int_as_float(0x7fc00000);
-    __syncthreads();
-    if (tid == 0) {
+    /* cpu_softmax's sum: doubles added in index order.  When every e is at
+     * least 2^-22 (a float's ulp there is 2^-45), every e is a multiple of
+     * 2^-45, and so is every partial sum, which is at most 256 = 2^53 *
+     * 2^-45: a double holds each exactly and no addition rounds.  Then any
+     * order gives the exact sum, which is the CPU's bits, and the warps'
+     * trees give it in a few steps instead of n_expert dependent ones.
+     * Otherwise (logits more than ~15.2 apart) one thread adds them in the
+     * CPU's order. */
+    float inv;
+    if (__syncthreads_and(big)) {
+        double d = 0.0;
+#pragma unroll
+        for (int u = 0; u < RT_PER; u++)
+            d += e[u];
+        d = warp_sum_d(d);
+        if (lane == 0)
+            sm.part_d[warp] = d;
+        __syncthreads();
         double sum = 0.0;
-        for (int i = 0; i < n_expert; i++)
-            sum += sm.e[i];
-        sm.inv = (float)(1.0 / sum);
+#pragma unroll
+        for (int v = 0; v < RT_THREADS / 32; v++)
+            sum += sm.part_d[v];
+        inv = (float)(1.0 / sum);
+    } else {
+        if (tid == 0) {
+            double sum = 0.0;
+            for (int i = 0; i < n_expert; i++)
+                sum += sm.e[i];
+            sm.inv = (float)(1.0 / sum);
+        }
+        __syncthreads();
+        inv = sm.inv;
     }
-    __syncthreads();
-    const float inv = sm.inv;
     float p[RT_PER];
 #pragma unroll
     for (int u = 0; u < RT_PER; u++) {
         const int i = tid + u * RT_THREADS;
-        p[u] = i < n_expert ? __fmul_rn(sm.e[i], inv) : 0.f;
+        p[u] = __fmul_rn(e[u], inv);
         if (i < n_expert)
             sm.p[i] = p[u];
     }
@@ -123,18 +154,18 @@ __device__ void route_block(const float *r, int n_expert, int k, route_smem &sm,
      * NaN padding never counts) */
     int rank[RT_PER];
 #pragma unroll
-    for (int u = 0; u < RT_PER; u++)
+    for (int u = 0; u < RT_PER; u++) {
+        const int i = tid + u * RT_THREADS;
         rank[u] = 0;
-    for (int j = 0; j < n_expert; j += 4) {
-        const float4 q = *(const float4 *)&sm.p[j];
-        const float qv[4] = {q.x, q.y, q.z, q.w};
+        if (u * RT_THREADS >= n_expert) /* the same for the block */
+            continue;
+        for (int j = 0; j < n_expert; j += 4) {
+            const float4 q = *(const float4 *)&sm.p[j];
+            const float qv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int c = 0; c < 4; c++)
-#pragma unroll
-            for (int u = 0; u < RT_PER; u++) {
-                const int i = tid + u * RT_THREADS;
+            for (int c = 0; c < 4; c++)
                 rank[u] += qv[c] > p[u] || (qv[c] == p[u] && j + c < i);
-            }
+        }
     }
 #pragma unroll
     for (int u = 0; u < RT_PER; u++) {
