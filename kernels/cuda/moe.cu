@@ -31,9 +31,9 @@
  * few ulp and the selection agrees unless two probabilities are that close.
  *
  * Layout: one block of RT_THREADS per token for routing (n_expert <= 256:
- * two logits per thread).  The softmax's double sum runs on one thread in
- * index order, as the CPU's does (256 additions, well under a microsecond);
- * the selection is by rank, in parallel: expert i's slot is the number of
+ * two logits per thread).  The softmax's double sum is the CPU's index-order
+ * sum: by warp trees when no addition can round (route_block says when),
+ * else on one thread in index order; the selection is by rank, in parallel: expert i's slot is the number of
  * experts that beat it (a higher probability, or the same one at a lower
  * index), so the experts of rank < k are the CPU's picks in the CPU's slot
  * order.  (The first version picked the k one after another, a warp-wide
