@@ -289,7 +289,7 @@ START_TEST(moe_router_route_matches)
     check_router(60, 512, 5, 4);   /* a partial block of rows */
     check_router(256, 512, 2, 16);
     check_router(64, 4608, 3, 4);  /* three chunks of columns, the last partial */
-    check_router(16, 2052, 2, 2);  /* a second chunk of one float4 */
+    check_router(16, 2056, 2, 2);  /* a second chunk of two float4 (F32 rows: cols % 8 == 0) */
 }
 END_TEST
 
