@@ -258,19 +258,16 @@ moe_router_route_kernel(const float *wr, int n_expert, int cols, const float *x,
     s = warp_sum(s);
     if (row < n_expert && lane == 0)
         logits[(size_t)t * n_expert + row] = s;
-    /* The block's stores reach thread 0 through the barrier; its ticket is
-     * an acq_rel atomic, whose release half puts them (cumulatively) before
-     * the ticket and whose acquire half, in the last block, puts every
-     * other block's stores before what follows the next barrier
-     * (route_block reads with ld.cg).  The same guarantees as the
-     * __threadfence pair around a relaxed atomicAdd (mvfold.cuh), without
-     * the two fence.sc. */
+    /* as mvfold.cuh does it: the block's stores reach thread 0 through the
+     * barrier, its fence puts them before the ticket, and the last block's
+     * fence after its ticket before its loads (route_block reads with ld.cg) */
     __syncthreads();
     bool last = false;
     if (threadIdx.x == 0) {
-        unsigned before;
-        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(before) : "l"(tickets + t) : "memory");
-        last = before == gridDim.x - 1;
+        __threadfence();
+        last = atomicAdd(tickets + t, 1u) == gridDim.x - 1;
+        if (last)
+            __threadfence();
     }
     if (!__syncthreads_or(last))
         return;
