@@ -13,7 +13,8 @@
  *                                 then cpu_rope: double angles)
  *   cuda_moe_router_route         logits |d| <= 1e-5 (|ref| + 1) of cpu_matmul
  *                                 (F32); cpu_moe_route on the card's logits:
- *                                 the same experts, weights |d| <= 1e-6 |ref| */
+ *                                 the same experts, weights |d| <= 1e-6 |ref|
+ * and, bit for bit, a token alone against the same token inside a batch. */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -159,6 +160,14 @@ static void check_qk(int hd, int nq, int nk, int n_tok, int neox, int n_rot)
     to_host(two, dx, n * 4);
     ck_assert_msg(!memcmp(two, got, n * 4), "qk_norm_rope hd=%d neox=%d differs from the unfused",
                   hd, neox);
+    /* invariance: the last token alone gives the bits it had in the batch */
+    const int t = n_tok - 1;
+    CK(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+    OK(cuda_qk_norm_rope(dx + t * stride, dqw, nq, stride, dk + t * stride, dkw, nk, stride, 1, hd, 1e-6f,
+                         dpos + t, &rp, 0, &e_));
+    to_host(two, dx, n * 4);
+    ck_assert_msg(!memcmp(two + t * stride, got + t * stride, (size_t)stride * 4),
+                  "qk_norm_rope hd=%d neox=%d: token %d alone differs from the batch", hd, neox, t);
     cudaFree(dx);
     cudaFree(dqw);
     cudaFree(dkw);
@@ -180,7 +189,9 @@ START_TEST(qk_norm_rope_matches)
     check_qk(64, 9, 3, 5, 1, 64);    /* more heads than warps; a batch */
     check_qk(128, 16, 8, 3, 0, 128); /* adjacent pairs */
     check_qk(64, 4, 2, 2, 1, 32);    /* partial rotation: the tail is only normed */
-    check_qk(256, 40, 8, 1, 1, 256); /* 48 heads over 16 warps, wide heads */
+    check_qk(256, 40, 8, 1, 1, 256); /* 48 heads, wide heads */
+    check_qk(512, 3, 2, 2, 0, 512);  /* the widest head a lane's registers hold */
+    check_qk(128, 5, 0, 3, 1, 128);  /* q only (no k heads) */
 }
 END_TEST
 
@@ -203,8 +214,8 @@ static void check_router(int E, int64_t D, int n_tok, int k)
     float *dx = dup_to_dev(x, (size_t)n_tok * D * 4), *dlg = dev_alloc((size_t)n_tok * E * 4);
     float *dw = dev_alloc((size_t)n_tok * k * 4);
     int32_t *dsel = dev_alloc((size_t)n_tok * k * 4);
-    unsigned *dticket = dev_alloc(sizeof(unsigned));
-    CK(cudaMemset(dticket, 0, sizeof(unsigned)));
+    unsigned *dticket = dev_alloc(CUDA_MOE_ROUTER_TICKETS * sizeof(unsigned));
+    CK(cudaMemset(dticket, 0, CUDA_MOE_ROUTER_TICKETS * sizeof(unsigned)));
     for (int rep = 0; rep < 2; rep++) {
         CK(cudaMemset(dsel, 0xff, (size_t)n_tok * k * 4));
         CK(cudaMemset(dw, 0xff, (size_t)n_tok * k * 4));
@@ -224,6 +235,18 @@ static void check_router(int E, int64_t D, int n_tok, int k)
                       (long long)D, rep);
         ck_assert_msg(!memcmp(w, w2, (size_t)n_tok * k * 4), "router %dx%lld: weights differ (rep %d)", E,
                       (long long)D, rep);
+    }
+    /* invariance: the last token alone gives the bits it had in the batch */
+    if (n_tok > 1) {
+        const int t = n_tok - 1;
+        OK(cuda_moe_router_route(dwr, E, D, dx + (size_t)t * D, 1, k, dlg, dsel, dw, dticket, 0, &e_));
+        to_host(lg2, dlg, (size_t)E * 4);
+        to_host(sel2, dsel, (size_t)k * 4);
+        to_host(w2, dw, (size_t)k * 4);
+        ck_assert_msg(!memcmp(lg2, lg + (size_t)t * E, (size_t)E * 4) &&
+                          !memcmp(sel2, sel + (size_t)t * k, (size_t)k * 4) &&
+                          !memcmp(w2, w + (size_t)t * k, (size_t)k * 4),
+                      "router %dx%lld: token %d alone differs from the batch", E, (long long)D, t);
     }
     cpu_matmul(GGML_TYPE_F32, wr, E, D, x, n_tok, ref);
     int bad = 0;
@@ -265,6 +288,8 @@ START_TEST(moe_router_route_matches)
     check_router(8, 256, 3, 2);    /* one block of rows */
     check_router(60, 512, 5, 4);   /* a partial block of rows */
     check_router(256, 512, 2, 16);
+    check_router(64, 4608, 3, 4);  /* three chunks of columns, the last partial */
+    check_router(16, 2056, 2, 2);  /* a second chunk of two float4 (F32 rows: cols % 8 == 0) */
 }
 END_TEST
 

@@ -619,12 +619,16 @@ START_TEST(moe_route_matches_cpu)
     const char *why;
     if (!test_have_gpu(&why))
         TEST_SKIP("gpu", why);
+    /* scale 2: every token's logits within ~15 of its max, so the softmax's
+     * double sum takes the exact parallel path (moe.cu, route_block); scale
+     * 12: far apart, the one-thread sum in index order */
     struct {
         int ne, k, n_tok;
-    } cs[] = {{8, 2, 5}, {64, 8, 37}, {128, 8, 130}, {256, 16, 3}};
-    for (int ci = 0; ci < 4; ci++) {
+        float scale;
+    } cs[] = {{8, 2, 5, 2.0f}, {64, 8, 37, 2.0f}, {128, 8, 130, 2.0f}, {256, 16, 3, 2.0f}, {128, 8, 40, 12.0f}};
+    for (int ci = 0; ci < 5; ci++) {
         int ne = cs[ci].ne, k = cs[ci].k, nt = cs[ci].n_tok;
-        float *lg = rnd((size_t)nt * ne, 2.0f, 3000 + ci);
+        float *lg = rnd((size_t)nt * ne, cs[ci].scale, 3000 + ci);
         int32_t *sel = malloc((size_t)nt * k * 4), *gsel = malloc((size_t)nt * k * 4);
         float *w = malloc((size_t)nt * k * 4), *gw = malloc((size_t)nt * k * 4);
         float *prob = malloc((size_t)nt * ne * 4);

@@ -384,10 +384,11 @@ static int alloc_activations(strata_engine *e, cuda_stage *cs, int is_last, stra
     /* the split-attention tickets must start at zero */
     CUDA_CHECK(err, cudaMemset(cs->att_scratch, 0, cs->att_scratch_bytes));
     if (hp->n_expert) { /* and the fused router's */
-        rc = cuda_dmalloc((void **)&cs->moe_ticket, sizeof *cs->moe_ticket, cs->dev, "router ticket", err);
+        const size_t tb = CUDA_MOE_ROUTER_TICKETS * sizeof *cs->moe_ticket; /* one per token */
+        rc = cuda_dmalloc((void **)&cs->moe_ticket, tb, cs->dev, "router tickets", err);
         if (rc)
             return rc;
-        CUDA_CHECK(err, cudaMemset(cs->moe_ticket, 0, sizeof *cs->moe_ticket));
+        CUDA_CHECK(err, cudaMemset(cs->moe_ticket, 0, tb));
     }
     /* the matvecs' segment fold (cuda_ops.h): tickets and partial sums */
     rc = cuda_dmalloc(&cs->mv_scratch, CUDA_MATVEC_SCRATCH_BYTES, cs->dev, "matvec fold scratch", err);

@@ -85,8 +85,9 @@ typedef struct cuda_stage {
                                   * waits on it before writing h_in again */
     void *mm_scratch, *att_scratch;
     void *mv_scratch;            /* CUDA_MATVEC_SCRATCH_BYTES, attached to compute */
-    unsigned *moe_ticket;        /* cuda_moe_router_route's ticket (MoE only; zeroed
-                                  * once, each launch leaves it at 0) */
+    unsigned *moe_ticket;        /* cuda_moe_router_route's CUDA_MOE_ROUTER_TICKETS
+                                  * tickets (MoE only; zeroed once, each launch
+                                  * leaves them at 0) */
     size_t mm_scratch_bytes, att_scratch_bytes;
     float *h_x;                  /* pinned bounce for stage crossings */
     cudaEvent_t bounce_free;     /* on this (receiving) stage's card: recorded after

@@ -64,6 +64,7 @@ static int fused(const srun *r) { return !((const cuda_engine *)r->e->cuda)->no_
 /* cuda_matvec's most rows (tokens) per launch: up to it the weight products
  * run the decode kernel, which can take the SwiGLU in front of down. */
 #define MATVEC_MAX_ROWS 8
+_Static_assert(MATVEC_MAX_ROWS <= CUDA_MOE_ROUTER_TICKETS, "the fused router takes a ticket per row");
 
 /* y[n x rows] = x[n x cols] W^T on the stage's stream. */
 static void matmul(srun *r, const dweight *w, const float *x, int n, float *y)

@@ -370,11 +370,13 @@ int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t 
 /* The router's product and cuda_moe_route in one launch, for an F32 router
  * wr (n_expert x cols, row-major) and n_tok rows of x: logits[n_tok][n_expert]
  * as cuda_matvec writes them, then d_sel and d_w as cuda_moe_route; the bits
- * of those two calls.  d_ticket: one device unsigned, zeroed once after
- * allocation; the kernel leaves it at 0 (launches that share one must be
+ * of those two calls.  d_tickets: CUDA_MOE_ROUTER_TICKETS device unsigned
+ * (one per token; n_tok <= CUDA_MOE_ROUTER_TICKETS), zeroed once after
+ * allocation; the kernel leaves them at 0 (launches that share them must be
  * ordered, as a stream orders them). */
+#define CUDA_MOE_ROUTER_TICKETS 64
 int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols, const float *x, int n_tok,
-                          int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_ticket,
+                          int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
                           cudaStream_t stream, strata_error *err);
 int cuda_moe_group(const int32_t *d_sel, int n_tok, int k, int n_expert, int32_t *d_offsets,
                    int32_t *d_rows, int32_t *d_inv, cudaStream_t stream, strata_error *err);

@@ -87,21 +87,70 @@ struct CombineDelta {
             acc = __fadd_rn(acc, __fmul_rn(w[t * k + j], src(t, j)[i]));
         return acc;
     }
+    /* the k products' loads all in flight (a batch of 8 at a time), then
+     * the sum in slot order: the loop that loaded one slot after the other
+     * paid a round trip per slot */
     __device__ float4 at4(int t, int64_t i) const
     {
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int j = 0; j < k; j++) {
-            const float wj = w[t * k + j], *r = src(t, j);
-            const float4 v = y4 ? ((const float4 *)r)[i]
-                                : make_float4(r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
-            acc.x = __fadd_rn(acc.x, __fmul_rn(wj, v.x));
-            acc.y = __fadd_rn(acc.y, __fmul_rn(wj, v.y));
-            acc.z = __fadd_rn(acc.z, __fmul_rn(wj, v.z));
-            acc.w = __fadd_rn(acc.w, __fmul_rn(wj, v.w));
+        for (int j0 = 0; j0 < k; j0 += 8) {
+            float wj[8];
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (j0 + u < k) {
+                    const float *r = src(t, j0 + u);
+                    wj[u] = w[t * k + j0 + u];
+                    v[u] = y4 ? ((const float4 *)r)[i]
+                              : make_float4(r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
+                }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (j0 + u < k) {
+                    acc.x = __fadd_rn(acc.x, __fmul_rn(wj[u], v[u].x));
+                    acc.y = __fadd_rn(acc.y, __fmul_rn(wj[u], v[u].y));
+                    acc.z = __fadd_rn(acc.z, __fmul_rn(wj[u], v[u].z));
+                    acc.w = __fadd_rn(acc.w, __fmul_rn(wj[u], v[u].w));
+                }
         }
         return acc;
     }
 };
+
+/* Thread's float4 x4[i] after the residual add (written back when there is
+ * one), its squares added to ss in the first version's order. */
+template <class Delta>
+__device__ __forceinline__ float4 norm_first4(float4 *x4, const Delta &dl, int t, int64_t i, double &ss)
+{
+    float4 v = x4[i];
+    if (dl.on()) {
+        const float4 a = dl.at4(t, i);
+        v.x = __fadd_rn(v.x, a.x);
+        v.y = __fadd_rn(v.y, a.y);
+        v.z = __fadd_rn(v.z, a.z);
+        v.w = __fadd_rn(v.w, a.w);
+        x4[i] = v;
+    }
+    ss += (double)v.x * v.x;
+    ss += (double)v.y * v.y;
+    ss += (double)v.z * v.z;
+    ss += (double)v.w * v.w;
+    return v;
+}
+
+__device__ __forceinline__ float4 norm_scale4(float4 v, float4 g, float scale)
+{
+    v.x = __fmul_rn(__fmul_rn(v.x, scale), g.x);
+    v.y = __fmul_rn(__fmul_rn(v.y, scale), g.y);
+    v.z = __fmul_rn(__fmul_rn(v.z, scale), g.z);
+    v.w = __fmul_rn(__fmul_rn(v.w, scale), g.w);
+    return v;
+}
+
+/* Rows of up to NORM_KEEP float4 per thread (4096 floats) keep x and the
+ * norm weight in registers between the passes: the weight's load goes out
+ * with x's (not after the block's sum), and x is not read back. */
+#define NORM_KEEP 2
 
 /* x, y: n_rows x n (row stride n); y may alias x.  With a delta (the
  * residual add fused in front): x += d first, written back, and the norm is
@@ -119,23 +168,36 @@ rmsnorm_kernel(float *x, Delta dl, const float *w, float *y, int64_t n, float ep
     float *xr = x + (int64_t)t * n;
     float *yr = y + (int64_t)t * n;
     double ss = 0.0;
+    if (vec && n / 4 <= NORM_THREADS * NORM_KEEP) {
+        float4 *x4 = (float4 *)xr;
+        const float4 *w4 = (const float4 *)w;
+        float4 kv[NORM_KEEP], kg[NORM_KEEP];
+#pragma unroll
+        for (int u = 0; u < NORM_KEEP; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * NORM_THREADS;
+            if (i < n / 4) {
+                if (w)
+                    kg[u] = w4[i];
+                kv[u] = norm_first4(x4, dl, t, i, ss);
+            }
+        }
+        if (!w)
+            return; /* the same for the whole block: no barrier is left waiting */
+        ss = block_sum_d(ss);
+        /* The CPU's expression, in double, then rounded once to float. */
+        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+#pragma unroll
+        for (int u = 0; u < NORM_KEEP; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * NORM_THREADS;
+            if (i < n / 4)
+                ((float4 *)yr)[i] = norm_scale4(kv[u], kg[u], scale);
+        }
+        return;
+    }
     if (vec) {
         float4 *x4 = (float4 *)xr;
-        for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS) {
-            float4 v = x4[i];
-            if (dl.on()) {
-                const float4 a = dl.at4(t, i);
-                v.x = __fadd_rn(v.x, a.x);
-                v.y = __fadd_rn(v.y, a.y);
-                v.z = __fadd_rn(v.z, a.z);
-                v.w = __fadd_rn(v.w, a.w);
-                x4[i] = v;
-            }
-            ss += (double)v.x * v.x;
-            ss += (double)v.y * v.y;
-            ss += (double)v.z * v.z;
-            ss += (double)v.w * v.w;
-        }
+        for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS)
+            norm_first4(x4, dl, t, i, ss);
     } else {
         for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
             float v = xr[i];
@@ -155,14 +217,8 @@ rmsnorm_kernel(float *x, Delta dl, const float *w, float *y, int64_t n, float ep
         const float4 *x4 = (const float4 *)xr;
         const float4 *w4 = (const float4 *)w;
         float4 *y4 = (float4 *)yr;
-        for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS) {
-            float4 v = x4[i], g = w4[i];
-            v.x = __fmul_rn(__fmul_rn(v.x, scale), g.x);
-            v.y = __fmul_rn(__fmul_rn(v.y, scale), g.y);
-            v.z = __fmul_rn(__fmul_rn(v.z, scale), g.z);
-            v.w = __fmul_rn(__fmul_rn(v.w, scale), g.w);
-            y4[i] = v;
-        }
+        for (int64_t i = threadIdx.x; i < n / 4; i += NORM_THREADS)
+            y4[i] = norm_scale4(x4[i], w4[i], scale);
     } else {
         for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
             yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
@@ -244,6 +300,9 @@ extern "C" int cuda_rmsnorm_heads(float *x, const float *w, int n_rows, int n_he
     if (stride < (int64_t)n_heads * head_dim)
         return strata_err(err, STRATA_E_ARG, "cuda_rmsnorm_heads: stride %lld < %d heads x %d",
                           (long long)stride, n_heads, head_dim);
+    if (head_dim > HEAD_MAX_DIM) /* a lane holds its elements in registers */
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_rmsnorm_heads: head_dim %d > %d", head_dim,
+                          HEAD_MAX_DIM);
     int64_t vecs = (int64_t)n_rows * n_heads;
     int blocks = (int)((vecs + HEADS_WARPS - 1) / HEADS_WARPS);
     CUDA_CHECK(err, pdl_launch(rmsnorm_heads_kernel, dim3(blocks), dim3(HEADS_WARPS * 32), 0, stream,
