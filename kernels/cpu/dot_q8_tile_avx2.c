@@ -184,8 +184,15 @@ DEFINE_COLS_FILL(q16)
  * accumulator still meets the same sub-blocks in the same order, so the
  * bits are those of the interleaved loop; the first pass's accumulators
  * wait in st.  Smaller tiles (4 x 2 = 8 accumulators) and one activation
- * row (decode: two FMA chains in flight) keep the interleaved loop. */
-#define Q8T_SPLIT(C) ((C) >= 8)
+ * row (decode: two FMA chains in flight) keep the interleaved loop, and so
+ * do rows of more than Q8T_SPLIT_SUB sub-blocks: there the tile's
+ * activation blocks (8 rows x 72 bytes per sub-block with the 16-bit
+ * codes) outgrow L1 and the two strided passes were slower than one
+ * spilling pass (Q8_0 896 x 4864: 16.5 -> 13 GMAC/s of thread time; Q4_K
+ * and Q6_K, whose 4864-column rows are the only ones here, lost a
+ * third).  Rows of 1536 columns (48 sub-blocks, 27 KiB) still gained. */
+#define Q8T_SPLIT(C, NS) ((C) >= 8 && (NS) <= Q8T_SPLIT_SUB)
+#define Q8T_SPLIT_SUB 64
 
 /* The accumulators of parity KP: from st, or 0 on the first pass over
  * the columns (the other parity's are never read). */
@@ -221,9 +228,12 @@ DEFINE_COLS_FILL(q16)
     }
 
 /* A tile's body over sub-blocks s0..s1, BLOCK(..., S, K) doing sub-block
- * S of parity K: two passes (Q8T_SPLIT) or the parities interleaved. */
+ * S of parity K: two passes (Q8T_SPLIT) or the parities interleaved.  The
+ * 256-weight types (DEFINE_Q8T_SB) always interleave: their rows here are
+ * long, and split into passes they were slower even in spans of 32
+ * sub-blocks. */
 #define Q8T_BODY(R, C, BLOCK, ...)                                                          \
-    if (Q8T_SPLIT(C)) {                                                                     \
+    if (Q8T_SPLIT(C, s1 - s0)) {                                                            \
         _Pragma("GCC unroll 2") for (int kp = 0; kp < 2; kp++) {                            \
             Q8T_LOADK(R, C, kp)                                                             \
             for (int64_t s = s0 + kp; s < s1; s += 2) {                                     \
