@@ -177,6 +177,84 @@ DEFINE_COLS_FILL(q16)
         }                                                                                   \
     }
 
+/* Tiles of 8 activation rows in two passes over the sub-blocks: the even
+ * ones (parity 0), then the odd ones, so only one parity's accumulators
+ * are live (8 registers): with both (16), AVX2's 16 ymm registers spilled
+ * and half the accumulators went through the stack at every block.  Each
+ * accumulator still meets the same sub-blocks in the same order, so the
+ * bits are those of the interleaved loop; the first pass's accumulators
+ * wait in st.  Smaller tiles (4 x 2 = 8 accumulators) and one activation
+ * row (decode: two FMA chains in flight) keep the interleaved loop, and so
+ * do rows of more than Q8T_SPLIT_SUB sub-blocks: there the tile's
+ * activation blocks (8 rows x 72 bytes per sub-block with the 16-bit
+ * codes) outgrow L1 and the two strided passes were slower than one
+ * spilling pass (Q8_0 896 x 4864: 16.5 -> 13 GMAC/s of thread time; Q4_K
+ * and Q6_K, whose 4864-column rows are the only ones here, lost a
+ * third).  Rows of 1536 columns (48 sub-blocks, 27 KiB) still gained. */
+#define Q8T_SPLIT(C, NS) ((C) >= 8 && (NS) <= Q8T_SPLIT_SUB)
+#define Q8T_SPLIT_SUB 64
+
+/* The accumulators of parity KP: from st, or 0 on the first pass over
+ * the columns (the other parity's are never read). */
+#define Q8T_LOADK(R, C, KP)                                                                 \
+    __m256 acc[2][R][C], corr[2][R];                                                        \
+    float corr1[2][R];                                                                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                   \
+        corr[KP][r] = s0 ? st->c[KP][r] : _mm256_setzero_ps();                              \
+        corr1[KP][r] = s0 ? st->c1[KP][r] : 0.0f;                                           \
+        _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                                 \
+            acc[KP][r][t] = s0 ? st->a[KP][r][t] : _mm256_setzero_ps();                     \
+    }
+
+#define Q8T_SAVEK(R, C, KP)                                                                 \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                   \
+        st->c[KP][r] = corr[KP][r];                                                         \
+        st->c1[KP][r] = corr1[KP][r];                                                       \
+        _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                                 \
+            st->a[KP][r][t] = acc[KP][r][t];                                                \
+    }
+
+/* After both passes over the last columns: the results from st, by
+ * Q8T_STORE's operations. */
+#define Q8T_FINISH(R, C)                                                                    \
+    if (s1 == nsub) {                                                                       \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
+            float c[8];                                                                     \
+            _mm256_storeu_ps(c, _mm256_add_ps(st->c[0][r], st->c[1][r]));                   \
+            _Pragma("GCC unroll 8") for (int t = 0; t < C; t++)                             \
+                y[t * ystride + r] =                                                        \
+                    hsum_avx2(_mm256_add_ps(st->a[0][r][t], st->a[1][r][t])) + c[t];        \
+        }                                                                                   \
+    }
+
+/* A tile's body over sub-blocks s0..s1, BLOCK(..., S, K) doing sub-block
+ * S of parity K: two passes (Q8T_SPLIT) or the parities interleaved.  The
+ * 256-weight types (DEFINE_Q8T_SB) always interleave: their rows here are
+ * long, and split into passes they were slower even in spans of 32
+ * sub-blocks. */
+#define Q8T_BODY(R, C, BLOCK, ...)                                                          \
+    if (Q8T_SPLIT(C, s1 - s0)) {                                                            \
+        _Pragma("GCC unroll 2") for (int kp = 0; kp < 2; kp++) {                            \
+            Q8T_LOADK(R, C, kp)                                                             \
+            for (int64_t s = s0 + kp; s < s1; s += 2) {                                     \
+                BLOCK(__VA_ARGS__, s, kp)                                                   \
+            }                                                                               \
+            Q8T_SAVEK(R, C, kp)                                                             \
+        }                                                                                   \
+        Q8T_FINISH(R, C)                                                                    \
+    } else {                                                                                \
+        Q8T_LOAD(R, C)                                                                      \
+        int64_t s = s0;                                                                     \
+        for (; s + 1 < s1; s += 2) {                                                        \
+            BLOCK(__VA_ARGS__, s, 0)                                                        \
+            BLOCK(__VA_ARGS__, s + 1, 1)                                                    \
+        }                                                                                   \
+        if (s < s1) {                                                                       \
+            BLOCK(__VA_ARGS__, s, 0)                                                        \
+        }                                                                                   \
+        Q8T_STORE(R, C)                                                                     \
+    }
+
 /* One pass of an R x C tile (function q8t_NAME_TAG_C) over sub-blocks
  * s0..s1 of the 32-weight types; xc holds the activation scales of s0.. */
 #define DEFINE_Q8T(NAME, SIGNED, MULQ, PRE, ISA, TAG, R, C)                                 \
@@ -185,16 +263,7 @@ DEFINE_COLS_FILL(q16)
                                                      const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
-        Q8T_LOAD(R, C)                                                                      \
-        int64_t s = s0;                                                                     \
-        for (; s + 1 < s1; s += 2) {                                                        \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, 0)                                  \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s + 1, 1)                              \
-        }                                                                                   \
-        if (s < s1) {                                                                       \
-            Q8T_BLOCK(NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, 0)                                  \
-        }                                                                                   \
-        Q8T_STORE(R, C)                                                                     \
+        Q8T_BODY(R, C, Q8T_BLOCK, NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C)               \
     }
 
 /* Sub-block S (of parity K) of a 32-weight type. */
@@ -366,16 +435,7 @@ typedef struct q16_wpre {
                                                      const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
-        Q8T_LOAD(R, C)                                                                      \
-        int64_t s = s0;                                                                     \
-        for (; s + 1 < s1; s += 2) {                                                        \
-            Q8T_BLOCK_PRE(ISA, R, C, s, 0)                                                  \
-            Q8T_BLOCK_PRE(ISA, R, C, s + 1, 1)                                              \
-        }                                                                                   \
-        if (s < s1) {                                                                       \
-            Q8T_BLOCK_PRE(ISA, R, C, s, 0)                                                  \
-        }                                                                                   \
-        Q8T_STORE(R, C)                                                                     \
+        Q8T_BODY(R, C, Q8T_BLOCK_PRE, ISA, R, C)                                            \
     }
 
 /* The decode (the tiles' decoder and widening, stored) and the rows entry
