@@ -174,25 +174,19 @@ static void attention_block(srun *r, int il)
      * positions 0..p, which is the causal mask within a chunk.  k8v4r: q, k
      * and v rotated head by head before K and V are quantized (the
      * attention's output is rotated back below), as cpu_kv_rotate, in the
-     * store's launch (one launch fewer: 2.1 us against 1.4 + 2.0 on the
-     * H200). */
+     * store's launch. */
     if (rot)
         keep(r, cuda_kv_rotate_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, q,
                                      hp->n_head, qs, k, ks, v, vs, cs->compute, err_of(r)));
     else
         keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
                               cs->compute, err_of(r)));
-    keep(r, cuda_attention_window(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx,
-                                  window, q, qs, hp->n_head, hp->attn_scale, cs->att, dq,
-                                  cs->att_scratch, cs->att_scratch_bytes, cs->compute,
-                                  err_of(r)));
-    /* k8v4r: the output rotated back (cpu_kv_unrotate), a launch of its own:
-     * on the H200 the attention doing it in its last block
-     * (cuda_attention_rotated) cost ~3 us a layer at batch 1 against this
-     * launch's ~1.4 (doc/cuda-attention.md, "What k8v4r2 costs") */
-    if (rot)
-        keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
-                                 err_of(r)));
+    /* k8v4r: the attention writes its output rotated back (cpu_kv_unrotate),
+     * without a launch of its own */
+    keep(r, (rot ? cuda_attention_rotated : cuda_attention_window)(
+                &kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, window, q, qs,
+                hp->n_head, hp->attn_scale, cs->att, dq, cs->att_scratch,
+                cs->att_scratch_bytes, cs->compute, err_of(r)));
     trace(r, "q_rope", il, q, dq);
     trace(r, "att", il, cs->att, dq);
     matmul(r, &d->wo, cs->att, n, cs->xb);
