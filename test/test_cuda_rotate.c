@@ -12,7 +12,10 @@
  * q|k|v rows (the engine's wqkv layout, strides larger than the heads); a
  * row alone equals the same row in a batch (the invariance rule).  The
  * unrotation fused into the attention (cuda_attention_rotated) against
- * cuda_attention_window then the CPU's cpu_kv_unrotate: the same bits. */
+ * cuda_attention_window then the CPU's cpu_kv_unrotate: the same bits.
+ * The same rotations as launches of their own (cuda_kv_rotate,
+ * cuda_kv_unrotate: a lab switch's) on stacked rows, k or v absent, 1 to 7
+ * rows, bytes between rows untouched. */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -27,6 +30,74 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "cuda_testutil.h"
+
+/* The rotations as launches of their own (rotate.cu, the lab switch
+ * STRATA_ROT_SPLIT).  One stacked row per token: q (nq heads) | k (nkv) | v (nkv) | 5 spare
+ * floats that no kernel may touch. */
+static void check_shape(int d, int nq, int nkv, int n_tok, int with_k, int with_v)
+{
+    int64_t dq = (int64_t)nq * d, dkv = (int64_t)nkv * d, stride = dq + 2 * dkv + 5;
+    size_t n = (size_t)stride * n_tok;
+    float *h = malloc(n * sizeof *h), *ref = malloc(n * sizeof *ref),
+          *got = malloc(n * sizeof *got);
+    test_fill_normal(h, n, 1.5f, (uint64_t)d * 1000 + nq * 10 + n_tok);
+    memcpy(ref, h, n * sizeof *h);
+    for (int t = 0; t < n_tok; t++) {
+        float *r = ref + (size_t)t * stride;
+        cpu_kv_rotate(r, nq, d);
+        if (with_k)
+            cpu_kv_rotate(r + dq, nkv, d);
+        if (with_v)
+            cpu_kv_rotate(r + dq + dkv, nkv, d);
+    }
+    float *dx = dup_to_dev(h, n * sizeof *h);
+    OK(cuda_kv_rotate(dx, nq, stride, with_k ? dx + dq : NULL, with_v ? dx + dq + dkv : NULL,
+                      nkv, stride, stride, n_tok, d, 0, &e_));
+    to_host(got, dx, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&got[i], &ref[i], sizeof(float)) == 0,
+                      "rotate d %d nq %d nkv %d tok %d k %d v %d: float %zu: %.9g vs %.9g", d,
+                      nq, nkv, n_tok, with_k, with_v, i, got[i], ref[i]);
+    /* back: the attention output's rows (q's heads only) */
+    for (int t = 0; t < n_tok; t++)
+        cpu_kv_unrotate(ref + (size_t)t * stride, nq, d);
+    OK(cuda_kv_unrotate(dx, nq, stride, n_tok, d, 0, &e_));
+    to_host(got, dx, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&got[i], &ref[i], sizeof(float)) == 0,
+                      "unrotate d %d nq %d tok %d: float %zu: %.9g vs %.9g", d, nq, n_tok, i,
+                      got[i], ref[i]);
+    /* the last row alone gives the same bits as inside the batch */
+    if (n_tok > 1) {
+        float *one = h + (size_t)(n_tok - 1) * stride;
+        float *d1 = dup_to_dev(one, (size_t)stride * sizeof *one);
+        OK(cuda_kv_rotate(d1, nq, stride, NULL, NULL, 0, stride, stride, 1, d, 0, &e_));
+        OK(cuda_kv_unrotate(d1, nq, stride, 1, d, 0, &e_));
+        to_host(got, d1, (size_t)stride * sizeof *got);
+        const float *in_batch = ref + (size_t)(n_tok - 1) * stride;
+        ck_assert(memcmp(got, in_batch, (size_t)dq * sizeof *got) == 0);
+        CK(cudaFree(d1));
+    }
+    CK(cudaFree(dx));
+    free(h);
+    free(ref);
+    free(got);
+}
+
+START_TEST(rotate_bit_exact_with_cpu)
+{
+    const char *why;
+    if (!test_have_gpu(&why))
+        TEST_SKIP(why);
+    static const int dims[] = {32, 64, 128, 256, 512};
+    for (size_t a = 0; a < sizeof dims / sizeof dims[0]; a++) {
+        check_shape(dims[a], 9, 3, 1, 1, 1);  /* SmolLM2's heads: 9 q, 3 kv */
+        check_shape(dims[a], 8, 2, 7, 1, 1);
+        check_shape(dims[a], 4, 4, 3, 1, 0);
+        check_shape(dims[a], 2, 1, 2, 0, 1);
+    }
+}
+END_TEST
 
 /* cuda_kv_rotate_store (kernels/cuda/kv.cu) against the CPU's rotate then
  * store, bit for bit: q rotated in place, k and v as they were, every byte
@@ -300,6 +371,9 @@ START_TEST(rotate_refuses_bad_shapes)
     ck_assert_int_eq(cuda_kv_rotate_store(&kv, 1, 1, 1, NULL, dx, 2, 64, dx, 128, dx, 128, 0,
                                           &err),
                      STRATA_E_ARG);
+    ck_assert_int_eq(cuda_kv_rotate(dx, 2, 192, NULL, NULL, 0, 0, 0, 1, 96, 0, &err),
+                     STRATA_E_ARG);
+    ck_assert_int_eq(cuda_kv_unrotate(dx, 2, 64, 1, 64, 0, &err), STRATA_E_ARG); /* stride */
     kv.head_dim = 96; /* not a power of two */
     ck_assert_int_eq(cuda_attention_rotated(&kv, 1, NULL, 1, 1, 96, 0, dx, 192, 2, 1.0f, dx, 192,
                                             NULL, 0, 0, &err),
@@ -313,6 +387,7 @@ static Suite *cuda_rotate_suite(void)
     Suite *s = suite_create("cuda_rotate");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rotate_bit_exact_with_cpu);
     tcase_add_test(tc, rotate_store_bit_exact_with_cpu);
     tcase_add_test(tc, attention_rotated_bit_exact);
     tcase_add_test(tc, rotate_refuses_bad_shapes);

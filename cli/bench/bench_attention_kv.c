@@ -14,7 +14,10 @@
  *   layer    the whole attention part of one layer's decode step as the
  *            engine launches it (engine/cuda/forward_cuda.c): store (with the
  *            rotation of q|k|v in its launch for the rotated formats) and
- *            attention — what a format adds per layer;
+ *            attention — what a format adds per layer; for the rotated
+ *            formats also with both rotations as launches of their own
+ *            (cuda_kv_rotate before the store, cuda_kv_unrotate after the
+ *            attention: the engine's STRATA_ROT_SPLIT=all), column "apart";
  *   prefill  512 query tokens of one sequence ending at the last position.
  * Method as bench_attention.c: bench_graph_us over a CUDA graph of 8
  * launches (the engine replays its decode step as a graph, with the same
@@ -64,8 +67,9 @@ static const bk_format *bk_format_of(const char *name)
     return NULL;
 }
 
-/* BK_ROT: the rotated formats' store with the rotation of q|k|v */
-enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4 };
+/* BK_ROT: the rotated formats' store with the rotation of q|k|v; BK_APART:
+ * their rotations as launches of their own */
+enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4, BK_APART = 8 };
 
 typedef struct bk_run {
     kv_view kv;        /* device pools; pages: (n_sets + n_seq) rows of pages_per */
@@ -86,16 +90,22 @@ static int bk_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
     kv.pages = r->kv.pages + (size_t)(((i + 1) * r->n_seq) % r->n_sets) * r->pages_per;
     const int64_t qs = (int64_t)BK_NHEAD * BK_HD, ks = (int64_t)BK_NKV * BK_HD;
     int rc = 0;
-    if (r->what & BK_STORE) /* with the rotation: one launch, as the engine */
-        rc = r->rot && (r->what & BK_ROT)
+    const int apart = r->rot && (r->what & BK_APART);
+    if (apart && (r->what & BK_STORE))
+        rc = cuda_kv_rotate(r->q, BK_NHEAD, qs, r->k, r->v, BK_NKV, ks, ks, r->n_seq * r->n_tok,
+                            BK_HD, s, err);
+    if (!rc && (r->what & BK_STORE)) /* with the rotation: one launch, as the engine */
+        rc = r->rot && (r->what & BK_ROT) && !apart
                  ? cuda_kv_rotate_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->q,
                                         BK_NHEAD, qs, r->k, ks, r->v, ks, s, err)
                  : cuda_kv_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->k, ks, r->v,
                                  ks, s, err);
     if (!rc && (r->what & BK_ATT)) /* the rotated formats: the output rotated back in it */
-        rc = (r->rot ? cuda_attention_rotated : cuda_attention_window)(
+        rc = (r->rot && !apart ? cuda_attention_rotated : cuda_attention_window)(
             &kv, r->pages_per, r->d_first, r->n_seq, r->n_tok, r->max_ctx, 0, r->q, qs, BK_NHEAD,
             0.08838834764831845f, r->out, qs, r->scratch, r->scratch_bytes, s, err);
+    if (!rc && apart && (r->what & BK_ATT))
+        rc = cuda_kv_unrotate(r->out, BK_NHEAD, qs, r->n_seq * r->n_tok, BK_HD, s, err);
     return rc;
 }
 
@@ -339,8 +349,8 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
     }
 
     /* decode and the layer's attention part per context and batch */
-    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s\n", "context", "kv", "batch",
-           "decode us", "GB/s", "vs base", "layer us", "vs base");
+    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s %8s\n", "context", "kv", "batch",
+           "decode us", "GB/s", "vs base", "layer us", "vs base", "apart");
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = ctxs[ci];
         double base_d[BENCH_ATT_MAX_LIST] = {0}, base_l[BENCH_ATT_MAX_LIST] = {0}, base_pf = 0;
@@ -356,17 +366,22 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
                 int nseq = batches[bi];
                 double us = bk_time(&r, BK_ATT, nseq, 1, runs, s, host_pos);
                 double lay = bk_time(&r, BK_ROT | BK_STORE | BK_ATT, nseq, 1, runs, s, host_pos);
-                if (us < 0 || lay < 0)
+                double apt = f->rot ? bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_APART, nseq, 1,
+                                              runs, s, host_pos)
+                                    : 0;
+                if (us < 0 || lay < 0 || apt < 0)
                     goto fail;
-                char p1[24], p2[24];
+                char p1[24], p2[24], p3[24] = "";
                 bk_pct(p1, sizeof p1, us, fi ? base_d[bi] : 0);
                 bk_pct(p2, sizeof p2, lay, fi ? base_l[bi] : 0);
                 if (!fi) {
                     base_d[bi] = us;
                     base_l[bi] = lay;
                 }
-                printf("%-8d %-8s %-6d %10.1f %9.0f %9s   %10.1f %9s\n", ctx, f->name, nseq, us,
-                       kv_bytes * nseq / (us * 1e-6) / 1e9, p1, lay, p2);
+                if (f->rot)
+                    snprintf(p3, sizeof p3, "%8.1f", apt);
+                printf("%-8d %-8s %-6d %10.1f %9.0f %9s   %10.1f %9s %s\n", ctx, f->name, nseq,
+                       us, kv_bytes * nseq / (us * 1e-6) / 1e9, p1, lay, p2, p3);
             }
             if (ctx >= BK_CHUNK) {
                 double us = bk_time(&r, BK_ATT, 1, BK_CHUNK, runs, s, host_pos);

@@ -174,19 +174,27 @@ static void attention_block(srun *r, int il)
      * positions 0..p, which is the causal mask within a chunk.  k8v4r: q, k
      * and v rotated head by head before K and V are quantized (the
      * attention's output is rotated back below), as cpu_kv_rotate, in the
-     * store's launch. */
-    if (rot)
+     * store's launch (STRATA_ROT_SPLIT=store: a launch before it). */
+    const int split_store = rot && (ce->rot_split & ROT_SPLIT_STORE);
+    const int split_unrot = rot && (ce->rot_split & ROT_SPLIT_UNROT);
+    if (split_store)
+        keep(r, cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim,
+                               cs->compute, err_of(r)));
+    if (rot && !split_store)
         keep(r, cuda_kv_rotate_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, q,
                                      hp->n_head, qs, k, ks, v, vs, cs->compute, err_of(r)));
     else
         keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
                               cs->compute, err_of(r)));
     /* k8v4r: the attention writes its output rotated back (cpu_kv_unrotate),
-     * without a launch of its own */
-    keep(r, (rot ? cuda_attention_rotated : cuda_attention_window)(
+     * without a launch of its own (STRATA_ROT_SPLIT=unrot: a launch after it) */
+    keep(r, (rot && !split_unrot ? cuda_attention_rotated : cuda_attention_window)(
                 &kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, window, q, qs,
                 hp->n_head, hp->attn_scale, cs->att, dq, cs->att_scratch,
                 cs->att_scratch_bytes, cs->compute, err_of(r)));
+    if (split_unrot)
+        keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
+                                 err_of(r)));
     trace(r, "q_rope", il, q, dq);
     trace(r, "att", il, cs->att, dq);
     matmul(r, &d->wo, cs->att, n, cs->xb);

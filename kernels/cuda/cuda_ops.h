@@ -269,6 +269,19 @@ int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
                   const int32_t *d_pos, const float *k, int64_t k_stride, const float *v,
                   int64_t v_stride, cudaStream_t stream, strata_error *err);
 
+/* The k8v4r / k8v4r2 rotation (kernels/ops.h, "KV rotation") as launches
+ * of its own, in place, bit-exact with the CPU twins — a lab switch's
+ * (STRATA_ROT_SPLIT): the engine runs both inside other launches.
+ * cuda_kv_rotate: x <- R x for the n_q_heads head vectors at the start of
+ * each of n_tok rows of q (q_stride floats apart) and the n_kv_heads of k
+ * and v (either may be NULL); twin: cpu_kv_rotate.  cuda_kv_unrotate:
+ * x <- R^T x on n_heads per row; twin: cpu_kv_unrotate.  head_dim: a power
+ * of two in 32..KV_ROT_MAX_DIM. */
+int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v,
+                   int n_kv_heads, int64_t k_stride, int64_t v_stride, int n_tok, int head_dim,
+                   cudaStream_t stream, strata_error *err);
+int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
+                     cudaStream_t stream, strata_error *err);
 /* k8v4r, k8v4r2: the rotation (kernels/ops.h, "KV rotation") and the store
  * in one launch, bit-exact with the CPU twins: q <- R q in place for the
  * n_q_heads head vectors at the start of each row (cpu_kv_rotate), and
