@@ -282,6 +282,10 @@ int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v
                    cudaStream_t stream, strata_error *err);
 int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                      cudaStream_t stream, strata_error *err);
+/* STRATA_KV_CARVE=0 (set by the engine, engine/cuda/cuda_setup.c): the
+ * rotated store's one-warp blocks keep the driver's shared-memory carveout
+ * instead of asking for the largest (kv.cu says why), to compare. */
+extern int strata_kv_carve_off;
 /* k8v4r, k8v4r2: the rotation (kernels/ops.h, "KV rotation") and the store
  * in one launch, bit-exact with the CPU twins: q <- R q in place for the
  * n_q_heads head vectors at the start of each row (cpu_kv_rotate), and

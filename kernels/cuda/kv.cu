@@ -397,6 +397,28 @@ extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int 
     return 0;
 }
 
+/* The one-warp blocks ask for the largest shared-memory carveout.  Why (a
+ * hypothesis the card is to confirm, with STRATA_KV_CARVE=0 for the
+ * comparison): an SM's split between L1 and shared memory is set when a
+ * block lands on it idle, from that block's kernel, and another kernel's
+ * blocks run beside it only if they fit that split.  In L1's favour, a
+ * decode step's 96 store blocks (batch 1, the 8B) would hold 96 of the 132
+ * SMs where the attention's blocks, launched early (PDL), need most of the
+ * shared memory, leaving them 36 SMs for 72 blocks; the old store had 48
+ * blocks, and the layer bench, whose store follows an attention, would not
+ * see it.  A hint, set once per kernel like the attention's opt-in. */
+extern "C" int strata_kv_carve_off = 0;
+
+template <typename K> static cudaError_t kv_carve_max_shared(K kernel, bool *done)
+{
+    if (*done || strata_kv_carve_off)
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         (int)cudaSharedmemCarveoutMaxShared);
+    *done = e == cudaSuccess;
+    return e;
+}
+
 template <int N>
 static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, int n_tok,
                                           int n_rows, const int32_t *d_pos, float *q,
@@ -404,6 +426,10 @@ static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, in
                                           int64_t k_stride, const float *v, int64_t v_stride,
                                           cudaStream_t stream)
 {
+    static bool carved = false;
+    cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N>, &carved);
+    if (e != cudaSuccess)
+        return e;
     return pdl_launch(kv_rotate_store_kernel<N>,
                       dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
                       dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
