@@ -1,18 +1,21 @@
-/* test_cuda_rotate.c: suite "cuda_rotate" — the k8v4r rotation kernels
- * (kernels/cuda/rotate.cu) against their CPU twins (kernels/cpu/rotate.c)
- * on random (never zero) inputs.
+/* test_cuda_rotate.c: suite "cuda_rotate" — the k8v4r rotation on the card
+ * (kernels/cuda/rotate.cuh, inside the store's and the attention's
+ * launches) against its CPU twin (kernels/cpu/rotate.c) on random (never
+ * zero) inputs.
  *
  * Tolerance: bit-exact.  The twins do the same exact sign flips, the same
  * rounded adds on the same pairs in the same order and one rounded product
- * by the same float (rotate.cu says why that is the CPU's arithmetic).
- * Shapes: every supported head dim (32..512), rows whose q|k|v sit in one
- * stacked row (the engine's wqkv layout, strides larger than the heads),
- * k or v absent, and 1 and 7 rows; a row alone equals the same row in a
- * batch (the invariance rule).  Bytes between rows must stay untouched.
- * The rotation fused with the store (cuda_kv_rotate_store) against the CPU's
- * rotate then store: the same, bit for bit, in the rows and the pool; the
- * unrotation fused into the attention (cuda_attention_rotated) against the
- * attention then cuda_kv_unrotate: the same bits. */
+ * by the same float (rotate.cuh says why that is the CPU's arithmetic).
+ * The rotation fused with the store (cuda_kv_rotate_store) against the
+ * CPU's rotate then store: q rotated in place, k and v untouched, every
+ * byte of the pool, for every supported head dim (32..512) and stacked
+ * q|k|v rows (the engine's wqkv layout, strides larger than the heads); a
+ * row alone equals the same row in a batch (the invariance rule).  The
+ * unrotation fused into the attention (cuda_attention_rotated) against
+ * cuda_attention_window then the CPU's cpu_kv_unrotate: the same bits.
+ * The same rotations as launches of their own (cuda_kv_rotate,
+ * cuda_kv_unrotate: a lab switch's) on stacked rows, k or v absent, 1 to 7
+ * rows, bytes between rows untouched. */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -28,7 +31,8 @@
 #include "kernels/ops.h"
 #include "cuda_testutil.h"
 
-/* One stacked row per token: q (nq heads) | k (nkv) | v (nkv) | 5 spare
+/* The rotations as launches of their own (rotate.cu, the lab switch
+ * STRATA_ROT_SPLIT).  One stacked row per token: q (nq heads) | k (nkv) | v (nkv) | 5 spare
  * floats that no kernel may touch. */
 static void check_shape(int d, int nq, int nkv, int n_tok, int with_k, int with_v)
 {
@@ -96,9 +100,10 @@ START_TEST(rotate_bit_exact_with_cpu)
 END_TEST
 
 /* cuda_kv_rotate_store (kernels/cuda/kv.cu) against the CPU's rotate then
- * store, bit for bit: q|k|v rows rotated in place and every byte of the
- * pool, for k8v4, k8v4nl and f16, with and without a K shift, 2 sequences
- * of 3 rows at scattered positions of shuffled pages. */
+ * store, bit for bit: q rotated in place, k and v as they were, every byte
+ * of the pool, for k8v4, k8v4nl and f16, with and without a K shift, 2
+ * sequences of 3 rows at scattered positions of shuffled pages; then the
+ * last row alone, which must store the same bytes and rotate q the same. */
 static void check_rotate_store(int type, int d, int nq, int nkv, int with_shift)
 {
     const int n_seq = 2, n_tok = 3, pages_per = 2, n_pages = n_seq * pages_per;
@@ -146,14 +151,17 @@ static void check_rotate_store(int type, int d, int nq, int nkv, int with_shift)
     dv.kshift = with_shift ? dshift : NULL;
     int32_t *dpages = dup_to_dev(pages, sizeof pages), *dpos = dup_to_dev(pos, sizeof pos);
     dv.pages = dpages;
+    float *kr = malloc((size_t)2 * dkv * sizeof *kr);
     for (int r = 0; r < n_seq * n_tok; r++) {
         float *x = ref + (size_t)r * stride;
         cpu_kv_rotate(x, nq, d);
-        cpu_kv_rotate(x + dq, nkv, d);
-        cpu_kv_rotate(x + dq + dkv, nkv, d);
+        memcpy(kr, x + dq, (size_t)2 * dkv * sizeof *kr); /* k|v: the rows stay as they are */
+        cpu_kv_rotate(kr, nkv, d);
+        cpu_kv_rotate(kr + dkv, nkv, d);
         hv.pages = pages + (r / n_tok) * pages_per;
-        cpu_kv_store(&hv, pos[r], x + dq, x + dq + dkv);
+        cpu_kv_store(&hv, pos[r], kr, kr + dkv);
     }
+    free(kr);
     float *dx = dup_to_dev(h, n * sizeof *h);
     OK(cuda_kv_rotate_store(&dv, pages_per, n_seq, n_tok, dpos, dx, nq, stride, dx + dq, stride,
                             dx + dq + dkv, stride, 0, &e_));
@@ -162,6 +170,20 @@ static void check_rotate_store(int type, int d, int nq, int nkv, int with_shift)
         ck_assert_msg(memcmp(&got[i], &ref[i], sizeof(float)) == 0,
                       "rotate_store type %d d %d: float %zu: %.9g vs %.9g", type, d, i, got[i],
                       ref[i]);
+    /* the last row alone (sequence 1, its own position) over the same
+     * pool: the same bytes again, q the same */
+    const int last = n_seq * n_tok - 1;
+    float *d1 = dup_to_dev(h + (size_t)last * stride, (size_t)stride * sizeof *h);
+    int32_t *dpos1 = dup_to_dev(&pos[last], sizeof pos[last]);
+    kv_view dv1 = dv;
+    dv1.pages = dpages + (last / n_tok) * pages_per;
+    OK(cuda_kv_rotate_store(&dv1, pages_per, 1, 1, dpos1, d1, nq, stride, d1 + dq, stride,
+                            d1 + dq + dkv, stride, 0, &e_));
+    to_host(got, d1, (size_t)stride * sizeof *got);
+    ck_assert_msg(memcmp(got, ref + (size_t)last * stride, (size_t)stride * sizeof *got) == 0,
+                  "rotate_store type %d d %d: the last row alone differs", type, d);
+    CK(cudaFree(d1));
+    CK(cudaFree(dpos1));
     for (int b = 0; b < 4; b++) {
         if (!bytes[b])
             continue;
@@ -201,23 +223,14 @@ START_TEST(rotate_store_bit_exact_with_cpu)
             check_rotate_store(types[t], dims[a], 8, 2, 1);
             check_rotate_store(types[t], dims[a], 9, 3, 0);
         }
-    /* a head dim the rotation cannot take */
-    strata_error err = {0};
-    kv_view kv = {0};
-    kv.type = KV_K8V4NL;
-    kv.n_kv_head = 1;
-    kv.head_dim = 96;
-    ck_assert_int_eq(cuda_kv_rotate_store(&kv, 1, 1, 1, NULL, NULL, 1, 96, NULL, 96, NULL, 96, 0,
-                                          &err),
-                     STRATA_E_ARG);
 }
 END_TEST
 
 /* cuda_attention_rotated (the unrotation inside the attention kernel's
- * output write) against cuda_attention_window then cuda_kv_unrotate, bit
+ * output write) against cuda_attention_window then cpu_kv_unrotate, bit
  * for bit: decode over several chunks (the split and its folds), decode
  * in one chunk, prefill, a window, and the plain kernel's shapes (group
- * 9: a second launch), over a pool of random valid bytes. */
+ * 9, head_dim 32), over a pool of random valid bytes. */
 static void check_attention_rotated(int type, int d, int nkv, int group, int n_tok, int ctx,
                                     int window)
 {
@@ -281,12 +294,13 @@ static void check_attention_rotated(int type, int d, int nkv, int group, int n_t
     float sc = 1.0f / sqrtf((float)d);
     OK(cuda_attention_window(&kv, pages_per, dfirst, n_seq, n_tok, ctx, window, dq, qs, n_head, sc,
                              o1, qs, scratch, sb, 0, &e_));
-    OK(cuda_kv_unrotate(o1, n_head, qs, n_seq * n_tok, d, 0, &e_));
     OK(cuda_attention_rotated(&kv, pages_per, dfirst, n_seq, n_tok, ctx, window, dq, qs, n_head,
                               sc, o2, qs, scratch, sb, 0, &e_));
     float *g1 = malloc(nq * sizeof *g1), *g2 = malloc(nq * sizeof *g2);
     to_host(g1, o1, nq * sizeof *g1);
     to_host(g2, o2, nq * sizeof *g2);
+    for (int r = 0; r < n_seq * n_tok; r++) /* the rows' heads; the 8 spare floats stay 0 */
+        cpu_kv_unrotate(g1 + (size_t)r * qs, n_head, d);
     size_t first_diff = nq, nonzero = 0;
     for (size_t i = 0; i < nq; i++) {
         nonzero += g1[i] != 0.0f;
@@ -327,8 +341,9 @@ START_TEST(attention_rotated_bit_exact)
             check_attention_rotated(types[t], dims[a], 2, 4, 9, 1300, 0);  /* prefill */
             check_attention_rotated(types[t], dims[a], 2, 2, 3, 900, 300); /* a window */
         }
-    check_attention_rotated(KV_K8V4NL, 128, 1, 9, 2, 600, 0); /* plain kernel, then a launch */
+    check_attention_rotated(KV_K8V4NL, 128, 1, 9, 2, 600, 0); /* group 9: the plain kernel */
     check_attention_rotated(KV_K8V4NL, 32, 2, 2, 1, 600, 0);  /* head_dim 32: plain */
+    check_attention_rotated(KV_K8V4, 512, 1, 2, 1, 600, 0);   /* head_dim 512: plain */
 }
 END_TEST
 
@@ -339,9 +354,24 @@ START_TEST(rotate_refuses_bad_shapes)
         TEST_SKIP(why);
     float *dx = dev_alloc(4096 * sizeof(float));
     strata_error err = {0};
+    kv_view kv = {0};
+    kv.type = KV_K8V4;
+    kv.n_kv_head = 2;
+    kv.head_dim = 64;
+    /* q's stride below its heads */
+    ck_assert_int_eq(cuda_kv_rotate_store(&kv, 1, 1, 1, NULL, dx, 2, 64, dx, 128, dx, 128, 0,
+                                          &err),
+                     STRATA_E_ARG);
     ck_assert_int_eq(cuda_kv_rotate(dx, 2, 192, NULL, NULL, 0, 0, 0, 1, 96, 0, &err),
                      STRATA_E_ARG);
     ck_assert_int_eq(cuda_kv_unrotate(dx, 2, 64, 1, 64, 0, &err), STRATA_E_ARG); /* stride */
+    kv.head_dim = 96; /* not a power of two */
+    ck_assert_int_eq(cuda_kv_rotate_store(&kv, 1, 1, 1, NULL, dx, 2, 192, dx, 192, dx, 192, 0,
+                                          &err),
+                     STRATA_E_ARG);
+    ck_assert_int_eq(cuda_attention_rotated(&kv, 1, NULL, 1, 1, 96, 0, dx, 192, 2, 1.0f, dx, 192,
+                                            NULL, 0, 0, &err),
+                     STRATA_E_ARG);
     CK(cudaFree(dx));
 }
 END_TEST

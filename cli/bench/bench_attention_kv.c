@@ -4,20 +4,20 @@
  * Called by bench_attention when --kv is given.  For each format (the first
  * listed is the baseline the others are compared with):
  *   store    cuda_kv_store of one token per sequence (--batch sequences) and
- *            of a 512-token chunk of one sequence;
- *   rotate   (rotated formats) the rotation alone, cuda_kv_rotate of q|k|v
- *            and cuda_kv_unrotate of the attention's output, one token per
- *            sequence (the engine runs them inside the store and the
- *            attention);
- *   decode   cuda_attention of one query token per sequence at the last
- *            position of each --ctx, --batch sequences;
+ *            of a 512-token chunk of one sequence; for the rotated formats
+ *            also cuda_kv_rotate_store, the rotation of q|k|v with the store,
+ *            as the engine launches it;
+ *   decode   the attention of one query token per sequence at the last
+ *            position of each --ctx, --batch sequences (the rotated formats:
+ *            cuda_attention_rotated, its output rotated back as it is
+ *            written, as the engine runs it);
  *   layer    the whole attention part of one layer's decode step as the
  *            engine launches it (engine/cuda/forward_cuda.c): store (with the
- *            rotation of q|k|v in its launch for the rotated formats),
- *            attention, and for those the unrotation of its output — what a
- *            format adds per layer; for the rotated formats also the same with
- *            the unrotation inside the attention (cuda_attention_rotated,
- *            column unrot-in-att);
+ *            rotation of q|k|v in its launch for the rotated formats) and
+ *            attention — what a format adds per layer; for the rotated
+ *            formats also with both rotations as launches of their own
+ *            (cuda_kv_rotate before the store, cuda_kv_unrotate after the
+ *            attention: the engine's STRATA_ROT_SPLIT=all), column "apart";
  *   prefill  512 query tokens of one sequence ending at the last position.
  * Method as bench_attention.c: bench_graph_us over a CUDA graph of 8
  * launches (the engine replays its decode step as a graph, with the same
@@ -67,9 +67,9 @@ static const bk_format *bk_format_of(const char *name)
     return NULL;
 }
 
-/* BK_FUSED: the unrotation inside the attention (cuda_attention_rotated)
- * instead of a launch of its own after it, as the engine runs it */
-enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4, BK_UNROT = 8, BK_FUSED = 16 };
+/* BK_ROT: the rotated formats' store with the rotation of q|k|v; BK_APART:
+ * their rotations as launches of their own */
+enum { BK_STORE = 1, BK_ROT = 2, BK_ATT = 4, BK_APART = 8 };
 
 typedef struct bk_run {
     kv_view kv;        /* device pools; pages: (n_sets + n_seq) rows of pages_per */
@@ -89,23 +89,23 @@ static int bk_launch(void *ctx, int i, cudaStream_t s, strata_error *err)
     kv_view kv = r->kv;
     kv.pages = r->kv.pages + (size_t)(((i + 1) * r->n_seq) % r->n_sets) * r->pages_per;
     const int64_t qs = (int64_t)BK_NHEAD * BK_HD, ks = (int64_t)BK_NKV * BK_HD;
-    const int rows = r->n_seq * r->n_tok;
     int rc = 0;
-    const int rot = r->rot && (r->what & BK_ROT), unrot = r->rot && (r->what & BK_UNROT);
-    if (r->what & BK_STORE) /* with the rotation: one launch, as the engine */
-        rc = rot ? cuda_kv_rotate_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->q,
+    const int apart = r->rot && (r->what & BK_APART);
+    if (apart && (r->what & BK_STORE))
+        rc = cuda_kv_rotate(r->q, BK_NHEAD, qs, r->k, r->v, BK_NKV, ks, ks, r->n_seq * r->n_tok,
+                            BK_HD, s, err);
+    if (!rc && (r->what & BK_STORE)) /* with the rotation: one launch, as the engine */
+        rc = r->rot && (r->what & BK_ROT) && !apart
+                 ? cuda_kv_rotate_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->q,
                                         BK_NHEAD, qs, r->k, ks, r->v, ks, s, err)
                  : cuda_kv_store(&kv, r->pages_per, r->n_seq, r->n_tok, r->d_tok, r->k, ks, r->v,
                                  ks, s, err);
-    else if (rot)
-        rc = cuda_kv_rotate(r->q, BK_NHEAD, qs, r->k, r->v, BK_NKV, ks, ks, rows, BK_HD, s, err);
-    const int fused = unrot && (r->what & BK_ATT) && (r->what & BK_FUSED);
-    if (!rc && (r->what & BK_ATT))
-        rc = (fused ? cuda_attention_rotated : cuda_attention_window)(
+    if (!rc && (r->what & BK_ATT)) /* the rotated formats: the output rotated back in it */
+        rc = (r->rot && !apart ? cuda_attention_rotated : cuda_attention_window)(
             &kv, r->pages_per, r->d_first, r->n_seq, r->n_tok, r->max_ctx, 0, r->q, qs, BK_NHEAD,
             0.08838834764831845f, r->out, qs, r->scratch, r->scratch_bytes, s, err);
-    if (!rc && unrot && !fused)
-        rc = cuda_kv_unrotate(r->out, BK_NHEAD, qs, rows, BK_HD, s, err);
+    if (!rc && apart && (r->what & BK_ATT))
+        rc = cuda_kv_unrotate(r->out, BK_NHEAD, qs, r->n_seq * r->n_tok, BK_HD, s, err);
     return rc;
 }
 
@@ -338,30 +338,19 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
             printf("%-8s %-28s %10.2f %9s\n", f->name, what, us, pct);
             if (!f->rot)
                 continue;
-            /* the engine's launch: rotation and store together; then the
-             * rotations alone, for the record */
+            /* the engine's launch: rotation and store together */
             us = bk_time(&r, BK_ROT | BK_STORE, nseq, ntok, runs, s, host_pos);
             if (us < 0)
                 goto fail;
             snprintf(what, sizeof what, "rotate+store %d x %d", nseq, ntok);
             printf("%-8s %-28s %10.2f\n", f->name, what, us);
-            if (bi == n_batch)
-                continue;
-            us = bk_time(&r, BK_ROT, nseq, 1, runs, s, host_pos);
-            double un = bk_time(&r, BK_UNROT, nseq, 1, runs, s, host_pos);
-            if (us < 0 || un < 0)
-                goto fail;
-            snprintf(what, sizeof what, "rotate q|k|v alone %d x 1", nseq);
-            printf("%-8s %-28s %10.2f\n", f->name, what, us);
-            snprintf(what, sizeof what, "unrotate out alone %d x 1", nseq);
-            printf("%-8s %-28s %10.2f\n", f->name, what, un);
         }
         bk_pool_free(&pool);
     }
 
     /* decode and the layer's attention part per context and batch */
-    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s %10s\n", "context", "kv", "batch",
-           "decode us", "GB/s", "vs base", "layer us", "vs base", "unrot-in-att");
+    printf("\n%-8s %-8s %-6s %10s %9s %9s   %10s %9s %8s\n", "context", "kv", "batch",
+           "decode us", "GB/s", "vs base", "layer us", "vs base", "apart");
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = ctxs[ci];
         double base_d[BENCH_ATT_MAX_LIST] = {0}, base_l[BENCH_ATT_MAX_LIST] = {0}, base_pf = 0;
@@ -376,12 +365,11 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
             for (int bi = 0; bi < n_batch; bi++) {
                 int nseq = batches[bi];
                 double us = bk_time(&r, BK_ATT, nseq, 1, runs, s, host_pos);
-                double lay = bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_UNROT, nseq, 1, runs, s,
-                                     host_pos);
-                double fus = f->rot ? bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_UNROT | BK_FUSED,
-                                              nseq, 1, runs, s, host_pos)
+                double lay = bk_time(&r, BK_ROT | BK_STORE | BK_ATT, nseq, 1, runs, s, host_pos);
+                double apt = f->rot ? bk_time(&r, BK_ROT | BK_STORE | BK_ATT | BK_APART, nseq, 1,
+                                              runs, s, host_pos)
                                     : 0;
-                if (us < 0 || lay < 0 || fus < 0)
+                if (us < 0 || lay < 0 || apt < 0)
                     goto fail;
                 char p1[24], p2[24], p3[24] = "";
                 bk_pct(p1, sizeof p1, us, fi ? base_d[bi] : 0);
@@ -391,7 +379,7 @@ int bench_attention_kv(char *const *names, int n_fmt, const int *ctxs, int n_ctx
                     base_l[bi] = lay;
                 }
                 if (f->rot)
-                    snprintf(p3, sizeof p3, "%10.1f", fus);
+                    snprintf(p3, sizeof p3, "%8.1f", apt);
                 printf("%-8d %-8s %-6d %10.1f %9.0f %9s   %10.1f %9s %s\n", ctx, f->name, nseq,
                        us, kv_bytes * nseq / (us * 1e-6) / 1e9, p1, lay, p2, p3);
             }

@@ -509,6 +509,17 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
         const char *f = getenv("STRATA_DECODE_FUSE"); /* on unless "0": an A/B switch */
         ce->no_fuse = f && strcmp(f, "0") == 0;
     }
+    {
+        const char *f = getenv("STRATA_ROT_SPLIT"); /* store, unrot or all: an A/B switch */
+        int all = f && !strcmp(f, "all");
+        ce->rot_split = (all || (f && !strcmp(f, "store")) ? ROT_SPLIT_STORE : 0) |
+                        (all || (f && !strcmp(f, "unrot")) ? ROT_SPLIT_UNROT : 0);
+    }
+    {
+        const char *f = getenv("STRATA_KV_CARVE"); /* on unless "0": an A/B switch */
+        if (f && strcmp(f, "0") == 0)
+            strata_kv_carve_off = 1;
+    }
     if (env_on("STRATA_NO_PDL"))
         strata_pdl_off = 1;   /* only ever set here: a test may set it too */
     ce->no_graphs = getenv("STRATA_NO_GRAPHS") != NULL; /* set at all, as before */

@@ -106,6 +106,11 @@ typedef struct cuda_stage {
     uint64_t weight_bytes;
 } cuda_stage;
 
+/* STRATA_ROT_SPLIT=store: q|k|v rotated by a launch before the plain store;
+ * =unrot: the output rotated back by a launch after the attention; =all:
+ * both. */
+enum { ROT_SPLIT_STORE = 1, ROT_SPLIT_UNROT = 2 };
+
 /* What the stages share. */
 typedef struct cuda_engine {
     int max_rows, page_stride;
@@ -121,6 +126,9 @@ typedef struct cuda_engine {
                                   * per (token, expert) pair, as before grouping */
     int no_fuse;                 /* STRATA_DECODE_FUSE=0: the layer's launches unfused
                                   * (forward_cuda.c; bitwise the same results) */
+    int rot_split;               /* STRATA_ROT_SPLIT (ROT_SPLIT_*): the rotated caches'
+                                  * rotations as launches of their own (forward_cuda.c;
+                                  * bitwise the same results), to time them */
     float *h_logits;             /* pinned, max_rows x n_vocab */
     float *h_uniform, *d_uniform; /* [max_rows] draws for sampling on the card */
     int32_t *h_next, *d_next;    /* [max_rows] sampled ids */

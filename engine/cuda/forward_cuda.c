@@ -175,23 +175,25 @@ static void attention_block(srun *r, int il)
      * positions 0..p, which is the causal mask within a chunk.  k8v4r: q, k
      * and v rotated head by head before K and V are quantized (the
      * attention's output is rotated back below), as cpu_kv_rotate, in the
-     * store's launch (one launch fewer: 2.1 us against 1.4 + 2.0 on the
-     * H200). */
-    if (rot)
+     * store's launch (STRATA_ROT_SPLIT=store: a launch before it). */
+    const int split_store = rot && (ce->rot_split & ROT_SPLIT_STORE);
+    const int split_unrot = rot && (ce->rot_split & ROT_SPLIT_UNROT);
+    if (split_store)
+        keep(r, cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim,
+                               cs->compute, err_of(r)));
+    if (rot && !split_store)
         keep(r, cuda_kv_rotate_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, q,
                                      hp->n_head, qs, k, ks, v, vs, cs->compute, err_of(r)));
     else
         keep(r, cuda_kv_store(&kv, ce->page_stride, c->n_seq, c->n_tok, tok_pos, k, ks, v, vs,
                               cs->compute, err_of(r)));
-    keep(r, cuda_attention_window(&kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx,
-                                  window, q, qs, hp->n_head, hp->attn_scale, cs->att, dq,
-                                  cs->att_scratch, cs->att_scratch_bytes, cs->compute,
-                                  err_of(r)));
-    /* k8v4r: the output rotated back (cpu_kv_unrotate), a launch of its own:
-     * on the H200 the attention doing it in its last block
-     * (cuda_attention_rotated) cost ~3 us a layer at batch 1 against this
-     * launch's ~1.4 (doc/cuda-attention.md, "What k8v4r2 costs") */
-    if (rot)
+    /* k8v4r: the attention writes its output rotated back (cpu_kv_unrotate),
+     * without a launch of its own (STRATA_ROT_SPLIT=unrot: a launch after it) */
+    keep(r, (rot && !split_unrot ? cuda_attention_rotated : cuda_attention_window)(
+                &kv, ce->page_stride, seq_pos, c->n_seq, c->n_tok, r->e->n_ctx, window, q, qs,
+                hp->n_head, hp->attn_scale, cs->att, dq, cs->att_scratch,
+                cs->att_scratch_bytes, cs->compute, err_of(r)));
+    if (split_unrot)
         keep(r, cuda_kv_unrotate(cs->att, hp->n_head, dq, n, hp->head_dim, cs->compute,
                                  err_of(r)));
     trace(r, "q_rope", il, q, dq);

@@ -150,48 +150,41 @@ __global__ void __launch_bounds__(PLAIN_WARPS * 32) attn_plain_kernel(att_args a
             acc[j] = acc[j] * corr + p * vv[j];
         m = mn;
     }
+    for (int j = 0; j < dpl; j++)
+        acc[j] = acc[j] / l;
+    if (a.unrot) /* k8v4r, k8v4r2: R^T of the output, the lanes' layout is rot_warp's */
+        rot_warp<PLAIN_MAX_DPL>(acc, dpl, lane, true, a.rot_scale, a.rs);
     float *orow = a.out + row * a.out_stride + (int64_t)head * hd;
     for (int j = 0; j < dpl; j++)
-        orow[lane + 32 * j] = acc[j] / l;
+        orow[lane + 32 * j] = acc[j];
 }
 
-/* The rotated caches' output, R^T (O / l) per column, as cuda_kv_unrotate
- * computes it from cuda_attention's output, bit for bit: the same division,
- * then the Walsh-Hadamard butterflies of each column's HD floats in shared
- * memory (in place in `to`), the CPU's adds and subtracts on the same pairs
- * (j, j + len) stage by stage, then the product by the scale and the sign
- * flips.  A few barriers at the end of the last block, where the separate
- * launch cost a launch per layer.  Columns are independent: an invalid
- * column's garbage (l may be 0) stays in its own column and is not written. */
+/* The rotated caches' output, R^T (O / l) per valid column, as
+ * cpu_kv_unrotate computes it from the plain output, bit for bit (the same
+ * division, then rot_warp's transform: rotate.cuh).  Warp w takes columns
+ * w, w + ATT_WARPS, ...; lane l holds dims l + 32 r of its column, read
+ * from `to` (complete: the last fold ended with a barrier) without bank
+ * conflicts, rotated back in registers by shuffles, written coalesced.  No
+ * barrier and no shared-memory stage: the tail of the last block is a few
+ * shuffles longer than the plain write. */
 template <int HD, int NT>
-__device__ void att_unrotate_out(const att_args &a, att_smem<HD, NT> &sm, float *to, int seq,
-                                 int tile, int kvh, int n_q)
+__device__ void att_unrotate_out(const att_args &a, const att_smem<HD, NT> &sm, const float *to,
+                                 int seq, int tile, int kvh, int n_q)
 {
-    constexpr int NC = 8 * NT;
-    const int tid = threadIdx.x, G = a.group;
-    for (int e = tid; e < NC * HD; e += ATT_WARPS * 32)
-        to[e] = __fdiv_rn(to[e], sm.tot_l[e / HD]);
-    __syncthreads();
-    for (int len = 1; len < HD; len <<= 1) {
-        for (int p = tid; p < NC * HD / 2; p += ATT_WARPS * 32) {
-            const int col = p / (HD / 2), j = p % (HD / 2);
-            const int lo = col * HD + (j / len) * 2 * len + j % len;
-            const float x = to[lo], y = to[lo + len];
-            to[lo] = __fadd_rn(x, y);
-            to[lo + len] = __fsub_rn(x, y);
-        }
-        __syncthreads();
-    }
-    for (int e = tid; e < NC * HD; e += ATT_WARPS * 32) {
-        int col = e / HD, d = e % HD;
-        if (col < n_q * G) {
-            int qi = col / G, gh = col % G;
-            float x = __fmul_rn(to[e], a.rot_scale);
-            if ((a.rs.w[d >> 6] >> (d & 63)) & 1)
-                x = -x;
-            a.out[((int64_t)seq * a.n_tok + tile * a.tpt + qi) * a.out_stride +
-                  (int64_t)(kvh * G + gh) * HD + d] = x;
-        }
+    constexpr int N = HD / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = a.group;
+    for (int col = warp; col < n_q * G; col += ATT_WARPS) {
+        float x[N];
+#pragma unroll
+        for (int r = 0; r < N; r++)
+            x[r] = __fdiv_rn(to[col * HD + lane + 32 * r], sm.tot_l[col]);
+        rot_warp<N>(x, N, lane, true, a.rot_scale, a.rs);
+        const int qi = col / G, gh = col % G;
+        float *o = a.out + ((int64_t)seq * a.n_tok + tile * a.tpt + qi) * a.out_stride +
+                   (int64_t)(kvh * G + gh) * HD + lane;
+#pragma unroll
+        for (int r = 0; r < N; r++)
+            o[32 * r] = x[r];
     }
 }
 
@@ -492,6 +485,15 @@ extern "C" int cuda_attention_plain(const kv_view *kv, int page_stride, const in
                                        n_head, scale, out, out_stride, stream, err);
 }
 
+/* The plain kernel over the arguments `a` (window, unrotation) describe. */
+static int att_plain_launch(const att_args &a, cudaStream_t stream, strata_error *err)
+{
+    int64_t warps = (int64_t)a.n_seq * a.n_tok * a.n_head;
+    CUDA_CHECK(err, pdl_launch(attn_plain_kernel, dim3((unsigned)((warps + PLAIN_WARPS - 1) / PLAIN_WARPS)),
+                               dim3(PLAIN_WARPS * 32), 0, stream, a));
+    return 0;
+}
+
 extern "C" int cuda_attention_plain_window(const kv_view *kv, int page_stride,
                                            const int32_t *d_pos, int n_seq, int n_tok,
                                            int window, const float *q, int64_t q_stride,
@@ -507,10 +509,7 @@ extern "C" int cuda_attention_plain_window(const kv_view *kv, int page_stride,
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
     a.window = window > 0 ? window : 0;
-    int64_t warps = (int64_t)n_seq * n_tok * n_head;
-    CUDA_CHECK(err, pdl_launch(attn_plain_kernel, dim3((unsigned)((warps + PLAIN_WARPS - 1) / PLAIN_WARPS)),
-                               dim3(PLAIN_WARPS * 32), 0, stream, a));
-    return 0;
+    return att_plain_launch(a, stream, err);
 }
 
 extern "C" int cuda_attention(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
@@ -542,15 +541,6 @@ static int att_window(const kv_view *kv, int page_stride, const int32_t *d_pos, 
         return strata_err(err, STRATA_E_ARG,
                           "cuda_attention_rotated: head_dim %d is not a power of two in 32..%d",
                           kv->head_dim, KV_ROT_MAX_DIM);
-    int group = n_head / kv->n_kv_head;
-    if (!att_fast_ok(kv, group)) {
-        rc = cuda_attention_plain_window(kv, page_stride, d_pos, n_seq, n_tok, window, q,
-                                         q_stride, n_head, scale, out, out_stride, stream, err);
-        if (!rc && unrot)
-            rc = cuda_kv_unrotate(out, n_head, out_stride, n_seq * n_tok, kv->head_dim, stream,
-                                  err);
-        return rc;
-    }
     att_args a = att_make(kv, page_stride, d_pos, n_seq, n_tok, q, q_stride, n_head, scale, out,
                           out_stride);
     a.window = window > 0 ? window : 0;
@@ -559,6 +549,9 @@ static int att_window(const kv_view *kv, int page_stride, const int32_t *d_pos, 
         a.rot_scale = kv_rot_scale(kv->head_dim);
         a.rs = rot_signs_make();
     }
+    int group = n_head / kv->n_kv_head;
+    if (!att_fast_ok(kv, group))
+        return att_plain_launch(a, stream, err);
     int nt = att_nt(kv->head_dim, n_tok);
     bool split = n_tok == 1 && max_ctx > att_chunk_tokens;
     dim3 grid;

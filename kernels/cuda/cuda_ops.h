@@ -269,23 +269,33 @@ int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
                   const int32_t *d_pos, const float *k, int64_t k_stride, const float *v,
                   int64_t v_stride, cudaStream_t stream, strata_error *err);
 
-/* The k8v4r / k8v4r2 rotation (kernels/ops.h, "KV rotation"), in place, bit-exact
- * with the CPU twins.  cuda_kv_rotate: x <- R x for the n_q_heads head
- * vectors at the start of each of n_tok rows of q (q_stride floats apart)
- * and the n_kv_heads of k and v (either may be NULL), in one launch; twin:
- * cpu_kv_rotate.  cuda_kv_unrotate: x <- R^T x on n_heads per row; twin:
- * cpu_kv_unrotate.  head_dim: a power of two in 32..KV_ROT_MAX_DIM. */
+/* The k8v4r / k8v4r2 rotation (kernels/ops.h, "KV rotation") as launches
+ * of its own, in place, bit-exact with the CPU twins — a lab switch's
+ * (STRATA_ROT_SPLIT): the engine runs both inside other launches.
+ * cuda_kv_rotate: x <- R x for the n_q_heads head vectors at the start of
+ * each of n_tok rows of q (q_stride floats apart) and the n_kv_heads of k
+ * and v (either may be NULL); twin: cpu_kv_rotate.  cuda_kv_unrotate:
+ * x <- R^T x on n_heads per row; twin: cpu_kv_unrotate.  head_dim: a power
+ * of two in 32..KV_ROT_MAX_DIM. */
 int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *k, float *v,
                    int n_kv_heads, int64_t k_stride, int64_t v_stride, int n_tok, int head_dim,
                    cudaStream_t stream, strata_error *err);
 int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                      cudaStream_t stream, strata_error *err);
-/* cuda_kv_rotate(q, k, v) then cuda_kv_store(kv, k, v) in one launch, with
- * the same bits in q, k, v and the pool: the k8v4r/k8v4r2 append of a
- * decode step or chunk (n_seq sequences of n_tok rows, d_pos per row). */
+/* STRATA_KV_CARVE=0 (set by the engine, engine/cuda/cuda_setup.c): the
+ * rotated store's one-warp blocks keep the driver's shared-memory carveout
+ * instead of asking for the largest (kv.cu says why), to compare. */
+extern int strata_kv_carve_off;
+/* k8v4r, k8v4r2: the rotation (kernels/ops.h, "KV rotation") and the store
+ * in one launch, bit-exact with the CPU twins: q <- R q in place for the
+ * n_q_heads head vectors at the start of each row (cpu_kv_rotate), and
+ * cpu_kv_store of R k and R v (n_kv_head vectors each; k and v are only
+ * read), for a decode step or chunk (n_seq sequences of n_tok rows, d_pos
+ * per row, as cuda_kv_store).  head_dim: a power of two in
+ * 32..KV_ROT_MAX_DIM. */
 int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
                          const int32_t *d_pos, float *q, int n_q_heads, int64_t q_stride,
-                         float *k, int64_t k_stride, float *v, int64_t v_stride,
+                         const float *k, int64_t k_stride, const float *v, int64_t v_stride,
                          cudaStream_t stream, strata_error *err);
 
 /* Attention over the paged cache (k8v4, k8v4nl or f16), twin of cpu_attention.
@@ -327,10 +337,11 @@ int cuda_attention_plain_window(const kv_view *kv, int page_stride, const int32_
                                 int n_seq, int n_tok, int window, const float *q,
                                 int64_t q_stride, int n_head, float scale, float *out,
                                 int64_t out_stride, cudaStream_t stream, strata_error *err);
-/* k8v4r, k8v4r2: cuda_attention_window then cuda_kv_unrotate of out (n_head
- * heads per row), the same bits, the unrotation done by the attention
- * kernel as it writes its output (the plain kernel's shapes: a second
- * launch).  head_dim: a power of two in 32..KV_ROT_MAX_DIM. */
+/* k8v4r, k8v4r2: cuda_attention_window over the rotated cache (q rotated
+ * by cuda_kv_rotate_store), its output rotated back, out = R^T (the
+ * attention's result) per head (twin: cpu_kv_unrotate of it, bit for bit),
+ * by the attention kernel as it writes the output: no launch of its own.
+ * head_dim: a power of two in 32..KV_ROT_MAX_DIM. */
 int cuda_attention_rotated(const kv_view *kv, int page_stride, const int32_t *d_pos, int n_seq,
                            int n_tok, int max_ctx, int window, const float *q, int64_t q_stride,
                            int n_head, float scale, float *out, int64_t out_stride,

@@ -15,11 +15,11 @@
  * |x|" is a (|x|, lowest index) maximum, also order-free.
  *
  * KV_K8V4NL's V (cpu_quant_v4nl): the same extreme, then 15 candidate
- * scales searched side by side (nl_search): codes by comparison with the
- * level midpoints, sum(l x) by the xor butterfly whose order kv_sum32
- * copies on the CPU, sum(l^2) in integers (exact in any order); the same
- * IEEE divisions and products, so the codes and the scale match the CPU's
- * bit for bit.
+ * scales searched side by side (nl_search): codes looked up (nl_tabs: the
+ * same count of level midpoints below x as the CPU's comparisons), sum(l x)
+ * in the xor butterfly's order, which kv_sum32 copies on the CPU, sum(l^2)
+ * in integers (exact in any order); the same IEEE divisions and products,
+ * so the codes and the scale match the CPU's bit for bit.
  *
  * Layout and speed: one warp per 32-element block (one lane per element),
  * shuffles for the block maximum, lanes 0..15 pack the nibble pairs.  A
@@ -61,28 +61,92 @@ __device__ __forceinline__ int v4_code(float r)
     return (int)fminf(fmaxf(r, 0.0f), 15.0f);
 }
 
-/* The nearest IQ4_NL level's index (kernels/cpu/kv.c, kv_nl_code). */
-__device__ __forceinline__ int nl_code(float r)
+/* The IQ4_NL code of r (kv_nl_code: how many level midpoints lie below
+ * r) and its level, by lookup.  The midpoints are multiples of 1/2, so
+ * with M = 2 mid (integers) and t = 2 r (exact):
+ *   mid < r  <=>  M < t  <=>  M < ceil(t)
+ * (an integer is below t exactly when it is below t rounded up).  The
+ * code is a function of h = ceil(2 r) alone, tabulated for the h that
+ * matter: every M lies in -231..202, so clamping h to +-NL_HALF changes no
+ * count.  A NaN r converts to h = 0 (PTX: NaN -> 0), whose count is 8 as
+ * kv_nl_code's NaN; +-Inf saturate.  One rounded product, a conversion,
+ * two clamps and a shared-memory byte: where the 15 comparisons and their
+ * sum were ~45 instructions per code, 15 codes per candidate scale. */
+#define NL_HALF 232
+#define NL_N (2 * NL_HALF + 1)
+
+typedef struct nl_tabs {
+    uint8_t code[NL_N]; /* code of h = i - NL_HALF */
+    int8_t level[NL_N]; /* its level, iq4nl_values[code] */
+} nl_tabs;
+
+/* Every thread of the block; a barrier before the first lookup. */
+__device__ void nl_tabs_build(nl_tabs &t)
 {
-    if (!(r == r))
-        return 8;
     const float mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
                            7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
-    int c = 0;
+    for (int i = threadIdx.x; i < NL_N; i += blockDim.x) {
+        const float half_h = 0.5f * (float)(i - NL_HALF); /* exact */
+        int c = 0;
 #pragma unroll
-    for (int i = 0; i < 15; i++)
-        c += r > mid[i];
-    return c;
+        for (int j = 0; j < 15; j++)
+            c += mid[j] < half_h;
+        /* the level of code c: a byte permute of the 16 int8 levels held as
+         * constants (c & 7 picks a byte of 8, bit 3 the upper half), where
+         * an indexed array would live in local memory */
+        const uint32_t lo = __byte_perm(0xbfad9881u, 0xf6eaddcfu, (unsigned)c & 7u); /* -127..-10 */
+        const uint32_t hi = __byte_perm(0x26190d01u, 0x71594535u, (unsigned)c & 7u); /* 1..113 */
+        t.code[i] = (uint8_t)c;
+        t.level[i] = (int8_t)((c & 8 ? hi : lo) & 0xffu);
+    }
 }
 
-/* The level of code c (0..15): a byte permute of the 16 int8 levels held
- * as constants (c & 7 picks a byte of 8, bit 3 picks the upper half), where
- * an indexed array would live in local memory. */
-__device__ __forceinline__ int nl_level(int c)
+/* The table index of r's code. */
+__device__ __forceinline__ int nl_index(float r)
 {
-    uint32_t lo = __byte_perm(0xbfad9881u, 0xf6eaddcfu, (unsigned)c & 7u); /* -127 .. -10 */
-    uint32_t hi = __byte_perm(0x26190d01u, 0x71594535u, (unsigned)c & 7u); /* 1 .. 113 */
-    return (int8_t)((c & 8 ? hi : lo) & 0xffu);
+    const int h = __float2int_ru(__fmul_rn(r, 2.0f));
+    return min(max(h, -NL_HALF), NL_HALF) + NL_HALF;
+}
+
+/* The sums over the warp of v[j] for 16 values j a lane, each in the xor
+ * butterfly's order (offsets 16, 8, 4, 2, 1: kv_sum32 on the CPU), with 16
+ * shuffles where 16 butterflies take 80.  At offset o a lane keeps the half
+ * of its values that its partner (lane ^ o) sends away, and adds the
+ * partner's copy of each: the same mine + partner as the butterfly, whose
+ * two lanes end up equal, so computing it in one of them loses nothing.
+ * Lane l returns the sum of v[l >> 1]. */
+/* a where m is all ones, b where it is zero: one LOP3 the compiler cannot
+ * see through (written as a select, or as the same bit operations in C, it
+ * turned the choice between v[j] and v[n + j] into one between their
+ * addresses, with v in local memory) */
+__device__ __forceinline__ float pick(uint32_t m, float a, float b)
+{
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xCA;" /* (m & a) | (~m & b) */
+        : "=r"(d)
+        : "r"(m), "r"(__float_as_uint(a)), "r"(__float_as_uint(b)));
+    return __uint_as_float(d);
+}
+
+/* One stage of warp_sum16: offset 2n, v[0..2n) -> v[0..n) (a template, so
+ * that every index is a constant and v stays in registers) */
+template <int N> __device__ __forceinline__ void sum_stage(float (&v)[16], int lane)
+{
+    const uint32_t up = lane & (2 * N) ? 0xffffffffu : 0u;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const float keep = pick(up, v[N + j], v[j]), send = pick(up, v[j], v[N + j]);
+        v[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, 2 * N));
+    }
+}
+
+__device__ __forceinline__ float warp_sum16(float (&v)[16], int lane)
+{
+    sum_stage<8>(v, lane);
+    sum_stage<4>(v, lane);
+    sum_stage<2>(v, lane);
+    sum_stage<1>(v, lane);
+    return __fadd_rn(v[0], __shfl_xor_sync(0xffffffffu, v[0], 1));
 }
 
 /* ggml's IQ4_NL scale search for one 32-block, one element per lane, bit
@@ -92,36 +156,32 @@ __device__ __forceinline__ int nl_level(int c)
  *
  * The 15 candidates are independent, so they run side by side: each lane
  * divides for one candidate and the quotients are broadcast (one division
- * instead of 15), the codes and the products l x of all candidates are
- * formed, and the 15 xor butterflies advance a stage at a time, so their
- * shuffles overlap instead of waiting on each other (before, 15 passes in
- * a row: 15 chains of 5 dependent shuffles).  sum(l^2) is an integer,
- * exact in any order: one warp reduction (redux) per candidate.  Lane j
- * then divides and scores candidate j, and a warp argmax picks the winner
- * (15 divisions in a row before).  Same operations on the same operands in
- * the same order: the same bits. */
-__device__ __forceinline__ float nl_search(float xv, float vmax, int lane)
+ * instead of 15), the levels (nl_tabs) and the products l x of all
+ * candidates are formed, and their sums over the warp reduce together
+ * (warp_sum16: the butterfly's order, a sixteenth candidate of zeros).
+ * sum(l^2) is an integer, exact in any order: one warp reduction (redux)
+ * per candidate.  Lanes 2j and 2j + 1 then hold candidate j's sums; they
+ * divide and score it, and a warp argmax picks the first greatest score
+ * (lowest lane: lowest candidate).  Same operations on the same operands
+ * in the same order: the same bits. */
+__device__ __forceinline__ float nl_search(float xv, float vmax, int lane, const nl_tabs &tb)
 {
     const float idl = __fdiv_rn((float)((lane < 15 ? lane : 0) - 134), vmax); /* t - 127 */
-    float sqx[15];
+    float sqx[16];
     int sqq[15];
 #pragma unroll
     for (int j = 0; j < 15; j++) {
         float id = __shfl_sync(0xffffffffu, idl, j);
-        int l = nl_level(nl_code(__fmul_rn(xv, id)));
+        int l = tb.level[nl_index(__fmul_rn(xv, id))];
         sqx[j] = xv == xv ? __fmul_rn((float)l, xv) : 0.0f; /* NaN: as 0 */
         sqq[j] = l * l;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int j = 0; j < 15; j++)
-            sqx[j] = __fadd_rn(sqx[j], __shfl_xor_sync(0xffffffffu, sqx[j], o));
-    /* lane j < 15 finishes candidate j (its division and score), then the
-     * warp takes the first greatest score: the CPU's "score > best" from
-     * best = -1 in candidate order, where every score is >= 0 or NaN and a
-     * NaN is never taken (key -1; all NaN: d = 0, as there) */
-    float mx = 0.0f;
+    sqx[15] = 0.0f;
+    const int cand = lane >> 1; /* the candidate whose sums this lane holds */
+    const float mx = warp_sum16(sqx, lane);
+    /* the CPU's "score > best" from best = -1 in candidate order, where
+     * every score is >= 0 or NaN and a NaN is never taken (key -1; all
+     * NaN: d = 0, as there) */
     int mq = 1;
 #pragma unroll
     for (int j = 0; j < 15; j++) {
@@ -132,11 +192,10 @@ __device__ __forceinline__ float nl_search(float xv, float vmax, int lane)
         for (int o = 16; o > 0; o >>= 1)
             q += __shfl_xor_sync(0xffffffffu, q, o);
 #endif
-        mx = lane == j ? sqx[j] : mx;
-        mq = lane == j ? q : mq;
+        mq = cand == j ? q : mq;
     }
     const float dt = __fdiv_rn(mx, (float)mq), score = __fmul_rn(dt, mx);
-    float key = lane < 15 ? (score == score ? score : -1.0f) : -2.0f;
+    float key = cand < 15 ? (score == score ? score : -1.0f) : -2.0f;
     int win = lane;
     warp_argmax(key, win);
     const float db = __shfl_sync(0xffffffffu, dt, win);
@@ -174,7 +233,7 @@ __device__ __forceinline__ void kv_put_k(const kv_view &kv, int64_t slot, int b,
 
 /* V element `lane` of block b: Q4_0, IQ4_NL codes (k8v4nl) or f16. */
 __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b, int lane,
-                                         float xv)
+                                         float xv, const nl_tabs &tb)
 {
     const int hd = kv.head_dim, nb = hd / 32;
     if (kv.type == KV_F16) {
@@ -199,13 +258,13 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
          * under that condition, which the compiler cannot prove the same
          * for the whole warp, each of its ~120 shuffles became a WARPSYNC
          * loop (seen in the SASS). */
-        float db = nl_search(xv, vmax, lane);
+        float db = nl_search(xv, vmax, lane, tb);
         if (!(best > 0.0f && best <= 3.0e38f))
             db = 0.0f;
         uint16_t dh = f2h_bits(db);
         dv = __half2float(__ushort_as_half(dh));
         float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
-        code = nl_code(__fmul_rn(xv, id));
+        code = tb.code[nl_index(__fmul_rn(xv, id))];
         dv = db; /* stored below as the same fp16 bits */
     } else {
         dv = __fdiv_rn(vmax, -8.0f);
@@ -224,6 +283,10 @@ __global__ void __launch_bounds__(KV_WARPS * 32)
 kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32_t *pos,
                 const float *k, int64_t k_stride, const float *v, int64_t v_stride)
 {
+    __shared__ nl_tabs tb;
+    if (kv.type == KV_K8V4NL) /* before the wait: it overlaps the previous kernel */
+        nl_tabs_build(tb);
+    __syncthreads();
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
     int hd = kv.head_dim, nb = hd / 32;
@@ -242,47 +305,75 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
         xk = __fsub_rn(xk, kv.kshift[(int64_t)h * hd + 32 * b + lane]);
     float xv = v[(int64_t)i * v_stride + (int64_t)h * hd + 32 * b + lane];
     kv_put_k(kv, slot, b, lane, xk);
-    kv_put_v(kv, slot, b, lane, xv);
+    kv_put_v(kv, slot, b, lane, xv, tb);
 }
 
-/* k8v4r, k8v4r2: cuda_kv_rotate then cuda_kv_store in one launch.  One
- * block per (row, head vector), grid.x covering q's heads, then k's, then
- * v's, a thread per element, as rotate_kernel; the rotated vector is written
- * back (as cuda_kv_rotate leaves it) and, for k and v, warp w of the block
- * holds 32-block w of it, one element per lane: the store's layout, so it
- * quantizes it in place of a second launch.  K is stored less the shift,
- * as cuda_kv_store. */
-__global__ void __launch_bounds__(KV_ROT_MAX_DIM)
+/* k8v4r, k8v4r2: q, k and v rotated (rotate.cuh) and k, v stored, in one
+ * launch.  One warp per q head vector (rotated in place) and one per 32-block
+ * of each k and v head vector, a block each (grid.x: the row's q heads,
+ * then k's blocks, then v's; grid.y: the row), so that what a warp does
+ * derives from blockIdx alone and the compiler sees it uniform (warp
+ * indices from threadIdx made every shuffle below a WARPSYNC loop in the
+ * SASS).  The warp loads the whole vector, rotates it
+ * in registers (lane l holds elements l + 32 r) and stores block b, which
+ * its register b holds one element a lane, the store's layout.  The
+ * vector's other warps do the same rotation: ~20 shuffles each for head_dim
+ * 128, where sharing it would take a block-wide barrier and shared memory
+ * (the previous layout, a block per vector, spent most of its time there),
+ * and every block's quantization (k8v4r2's scale search above all) runs in
+ * a warp of its own.  k and v are only read: the rotated rows are not
+ * needed after the store (they live on in the pool).  K is stored less the
+ * shift, as cuda_kv_store. */
+template <int N>
+__global__ void __launch_bounds__(32)
 kv_rotate_store_kernel(kv_view kv, int page_stride, int n_tok, const int32_t *pos, float *q,
-                       int n_q_heads, int64_t q_stride, float *k, int64_t k_stride, float *v,
-                       int64_t v_stride, float scale, rot_signs s)
+                       int n_q_heads, int64_t q_stride, const float *k, int64_t k_stride,
+                       const float *v, int64_t v_stride, float scale, rot_signs s)
 {
+    __shared__ nl_tabs tb;
+    const int hd = 32 * N, lane = threadIdx.x, kv_blocks = kv.n_kv_head * N;
+    const int row = blockIdx.y;
+    int u = blockIdx.x, part = 0, h = u, b = 0; /* part 0: q, 1: k, 2: v */
+    if (kv.type == KV_K8V4NL && u >= n_q_heads + kv_blocks) {
+        nl_tabs_build(tb); /* before the wait: it overlaps the previous kernel */
+        __syncwarp();
+    }
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
-    __shared__ float sh[KV_ROT_MAX_DIM];
-    const int hd = kv.head_dim, i = threadIdx.x, row = blockIdx.y;
-    int h = blockIdx.x, part = 0; /* 0: q, 1: k, 2: v */
-    float *p = q + (int64_t)row * q_stride;
-    if (h >= n_q_heads) {
-        h -= n_q_heads;
-        part = 1 + (h >= kv.n_kv_head);
-        if (part == 2)
-            h -= kv.n_kv_head;
-        p = part == 1 ? k + (int64_t)row * k_stride : v + (int64_t)row * v_stride;
+    const float *src = q + (int64_t)row * q_stride;
+    if (u >= n_q_heads) {
+        u -= n_q_heads;
+        part = 1 + u / kv_blocks;
+        u %= kv_blocks;
+        h = u / N;
+        b = u % N;
+        src = part == 1 ? k + (int64_t)row * k_stride : v + (int64_t)row * v_stride;
     }
-    p += (int64_t)h * hd + i;
-    float x = rot_vec(*p, i, hd, 0, scale, s, sh);
-    *p = x;
-    if (part == 0)
+    src += (int64_t)h * hd + lane;
+    float x[N];
+#pragma unroll
+    for (int r = 0; r < N; r++)
+        x[r] = src[32 * r];
+    rot_warp<N>(x, N, lane, false, scale, s);
+    if (part == 0) {
+        float *dst = q + (int64_t)row * q_stride + (int64_t)h * hd + lane;
+#pragma unroll
+        for (int r = 0; r < N; r++)
+            dst[32 * r] = x[r];
         return;
-    const int seq = row / n_tok, b = i >> 5, lane = i & 31;
+    }
+    float xb = x[0]; /* x[b] without indexing registers at run time */
+#pragma unroll
+    for (int r = 1; r < N; r++)
+        xb = r == b ? x[r] : xb;
+    const int seq = row / n_tok;
     int64_t slot = kv_slot(kv.pages + (int64_t)seq * page_stride, kv.n_kv_head, pos[row], h);
     if (part == 1) {
         if (kv.kshift)
-            x = __fsub_rn(x, kv.kshift[(int64_t)h * hd + i]);
-        kv_put_k(kv, slot, b, lane, x);
+            xb = __fsub_rn(xb, kv.kshift[(int64_t)h * hd + 32 * b + lane]);
+        kv_put_k(kv, slot, b, lane, xb);
     } else {
-        kv_put_v(kv, slot, b, lane, x);
+        kv_put_v(kv, slot, b, lane, xb, tb);
     }
 }
 
@@ -306,10 +397,50 @@ extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int 
     return 0;
 }
 
+/* The one-warp blocks ask for the largest shared-memory carveout.  Why (a
+ * hypothesis the card is to confirm, with STRATA_KV_CARVE=0 for the
+ * comparison): an SM's split between L1 and shared memory is set when a
+ * block lands on it idle, from that block's kernel, and another kernel's
+ * blocks run beside it only if they fit that split.  In L1's favour, a
+ * decode step's 96 store blocks (batch 1, the 8B) would hold 96 of the 132
+ * SMs where the attention's blocks, launched early (PDL), need most of the
+ * shared memory, leaving them 36 SMs for 72 blocks; the old store had 48
+ * blocks, and the layer bench, whose store follows an attention, would not
+ * see it.  A hint, set once per kernel like the attention's opt-in. */
+extern "C" int strata_kv_carve_off = 0;
+
+template <typename K> static cudaError_t kv_carve_max_shared(K kernel, bool *done)
+{
+    if (*done || strata_kv_carve_off)
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         (int)cudaSharedmemCarveoutMaxShared);
+    *done = e == cudaSuccess;
+    return e;
+}
+
+template <int N>
+static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, int n_tok,
+                                          int n_rows, const int32_t *d_pos, float *q,
+                                          int n_q_heads, int64_t q_stride, const float *k,
+                                          int64_t k_stride, const float *v, int64_t v_stride,
+                                          cudaStream_t stream)
+{
+    static bool carved = false;
+    cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N>, &carved);
+    if (e != cudaSuccess)
+        return e;
+    return pdl_launch(kv_rotate_store_kernel<N>,
+                      dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
+                      dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
+                      k, k_stride, v, v_stride, kv_rot_scale(32 * N), rot_signs_make());
+}
+
 extern "C" int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
                                     const int32_t *d_pos, float *q, int n_q_heads,
-                                    int64_t q_stride, float *k, int64_t k_stride, float *v,
-                                    int64_t v_stride, cudaStream_t stream, strata_error *err)
+                                    int64_t q_stride, const float *k, int64_t k_stride,
+                                    const float *v, int64_t v_stride, cudaStream_t stream,
+                                    strata_error *err)
 {
     const int hd = kv->head_dim;
     if (!kv_rot_supported(hd))
@@ -326,10 +457,15 @@ extern "C" int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_se
                           (long long)q_stride, (long long)k_stride, (long long)v_stride, hd);
     if (n_seq <= 0 || n_tok <= 0)
         return 0;
-    CUDA_CHECK(err, pdl_launch(kv_rotate_store_kernel, dim3(n_q_heads + 2 * kv->n_kv_head,
-                                                            n_seq * n_tok),
-                               dim3(hd), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads,
-                               q_stride, k, k_stride, v, v_stride, kv_rot_scale(hd),
-                               rot_signs_make()));
+    const int rows = n_seq * n_tok;
+    cudaError_t (*launch)(const kv_view *, int, int, int, const int32_t *, float *, int, int64_t,
+                          const float *, int64_t, const float *, int64_t, cudaStream_t) =
+        hd == 32    ? kv_rotate_store_launch<1>
+        : hd == 64  ? kv_rotate_store_launch<2>
+        : hd == 128 ? kv_rotate_store_launch<4>
+        : hd == 256 ? kv_rotate_store_launch<8>
+                    : kv_rotate_store_launch<16>;
+    CUDA_CHECK(err, launch(kv, page_stride, n_tok, rows, d_pos, q, n_q_heads, q_stride, k,
+                           k_stride, v, v_stride, stream));
     return 0;
 }

@@ -1,21 +1,15 @@
-/* rotate.cu: the KV rotation of the k8v4r cache on the card.
+/* rotate.cu: the k8v4r rotation as launches of its own — a lab switch only.
  *
- * Twin of cpu_kv_rotate / cpu_kv_unrotate (kernels/cpu/rotate.c, the why
- * and the transform are there), bit for bit: the sign flips are exact, the
- * Walsh-Hadamard butterflies are the CPU's adds and subtracts on the same
- * pairs in the same stage order (an IEEE add is commutative, so a lane
- * computing mine + partner gets the CPU's a + b), and the scale is one
- * __fmul_rn by the same float (kv_rot_scale).
+ * The engine rotates inside other launches: q, k, v in the store's
+ * (cuda_kv_rotate_store, kv.cu) and the output back in the attention's
+ * output write (cuda_attention_rotated).  These two launches do the same
+ * transform (rotate.cuh, bit-exact with kernels/cpu/rotate.c) alone, so
+ * that the fused and the separate forms can be timed against each other in
+ * the whole model (STRATA_ROT_SPLIT, engine/cuda/forward_cuda.c).
  *
- * Layout: one block per (token, head vector), one thread per element
- * (head_dim threads, a power of two <= 512).  The butterflies of distance
- * < 32 are warp shuffles; the longer ones go through shared memory.  Before
- * attention one launch rotates q, k and v together (grid.x covers q's heads
- * then k's then v's); after it one launch rotates the output back.  The
- * engine fuses the first with the store (cuda_kv_rotate_store, kv.cu: the
- * same block per vector, whose warps then quantize their 32-element
- * blocks); the transform itself is rotate.cuh's, shared by both.  A
- * token's q|k|v is a few KiB: the launches are latency-bound, like rope. */
+ * Layout: a one-warp block per (row, head vector), grid.x covering the
+ * first tensor's heads, then the second's, then the third's: what a warp
+ * does derives from blockIdx, so the compiler sees it uniform. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -25,21 +19,20 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rotate.cuh"
 
-/* Up to three tensors' rows: n_tok rows `stride` floats apart, each with
- * n_heads vectors of head_dim at its start (x NULL: absent). */
+/* Up to three tensors' rows: row r's n_heads vectors start at x + r *
+ * stride (x NULL: absent, no heads). */
 typedef struct rot_rows {
     float *x;
     int n_heads;
     int64_t stride;
 } rot_rows;
 
-__global__ void __launch_bounds__(KV_ROT_MAX_DIM)
-rotate_kernel(rot_rows t0, rot_rows t1, rot_rows t2, int head_dim, int inverse, float scale,
-              rot_signs s)
+template <int N>
+__global__ void __launch_bounds__(32)
+rotate_kernel(rot_rows t0, rot_rows t1, rot_rows t2, bool inverse, float scale, rot_signs s)
 {
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
-    __shared__ float sh[KV_ROT_MAX_DIM];
     int h = blockIdx.x;
     const rot_rows *r = &t0;
     if (h >= t0.n_heads) {
@@ -50,13 +43,27 @@ rotate_kernel(rot_rows t0, rot_rows t1, rot_rows t2, int head_dim, int inverse, 
             r = &t2;
         }
     }
-    const int i = threadIdx.x;
-    float *p = r->x + (int64_t)blockIdx.y * r->stride + (int64_t)h * head_dim + i;
-    *p = rot_vec(*p, i, head_dim, inverse, scale, s, sh);
+    float *p = r->x + (int64_t)blockIdx.y * r->stride + (int64_t)h * 32 * N + threadIdx.x;
+    float x[N];
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        x[i] = p[32 * i];
+    rot_warp<N>(x, N, threadIdx.x, inverse, scale, s);
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        p[32 * i] = x[i];
+}
+
+template <int N>
+static cudaError_t rot_launch_n(rot_rows t0, rot_rows t1, rot_rows t2, int heads, int n_tok,
+                                bool inverse, cudaStream_t stream)
+{
+    return pdl_launch(rotate_kernel<N>, dim3(heads, n_tok), dim3(32), 0, stream, t0, t1, t2,
+                      inverse, kv_rot_scale(32 * N), rot_signs_make());
 }
 
 static int rot_launch(const char *who, rot_rows t0, rot_rows t1, rot_rows t2, int n_tok,
-                      int head_dim, int inverse, cudaStream_t stream, strata_error *err)
+                      int head_dim, bool inverse, cudaStream_t stream, strata_error *err)
 {
     if (!kv_rot_supported(head_dim))
         return strata_err(err, STRATA_E_ARG, "%s: head_dim %d is not a power of two in 32..%d",
@@ -73,9 +80,13 @@ static int rot_launch(const char *who, rot_rows t0, rot_rows t1, rot_rows t2, in
     }
     if (n_tok <= 0 || heads <= 0)
         return 0;
-    rot_signs s = rot_signs_make();
-    CUDA_CHECK(err, pdl_launch(rotate_kernel, dim3(heads, n_tok), dim3(head_dim), 0, stream, t0,
-                               t1, t2, head_dim, inverse, kv_rot_scale(head_dim), s));
+    cudaError_t (*launch)(rot_rows, rot_rows, rot_rows, int, int, bool, cudaStream_t) =
+        head_dim == 32    ? rot_launch_n<1>
+        : head_dim == 64  ? rot_launch_n<2>
+        : head_dim == 128 ? rot_launch_n<4>
+        : head_dim == 256 ? rot_launch_n<8>
+                          : rot_launch_n<16>;
+    CUDA_CHECK(err, launch(t0, t1, t2, heads, n_tok, inverse, stream));
     return 0;
 }
 
@@ -92,12 +103,12 @@ extern "C" int cuda_kv_rotate(float *q, int n_q_heads, int64_t q_stride, float *
 {
     return rot_launch("cuda_kv_rotate", rows_of(q, n_q_heads, q_stride),
                       rows_of(k, n_kv_heads, k_stride), rows_of(v, n_kv_heads, v_stride), n_tok,
-                      head_dim, 0, stream, err);
+                      head_dim, false, stream, err);
 }
 
 extern "C" int cuda_kv_unrotate(float *x, int n_heads, int64_t stride, int n_tok, int head_dim,
                                 cudaStream_t stream, strata_error *err)
 {
     return rot_launch("cuda_kv_unrotate", rows_of(x, n_heads, stride), rows_of(NULL, 0, 0),
-                      rows_of(NULL, 0, 0), n_tok, head_dim, 1, stream, err);
+                      rows_of(NULL, 0, 0), n_tok, head_dim, true, stream, err);
 }

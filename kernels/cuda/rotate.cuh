@@ -1,8 +1,22 @@
-/* rotate.cuh: the k8v4r rotation of one head vector held by a block, one
- * element per thread (device code, C++ only): shared by rotate.cu (the
- * rotation alone) and kv.cu (rotation fused with the store).  The transform
- * and why it is bit-exact with the CPU twin: kernels/cpu/rotate.c and
- * rotate.cu's header. */
+/* rotate.cuh: the k8v4r rotation of one head vector held by one warp
+ * (device code, C++ only), shared by kv.cu (R x, fused with the store) and
+ * attention.cu (R^T x, fused with the output write).  The transform and why
+ * it is done: kernels/cpu/rotate.c, its twin, bit for bit:
+ *
+ * - the sign flips are exact;
+ * - the Walsh-Hadamard butterflies are the CPU's adds and subtracts on the
+ *   same pairs (j, j + len), stage by stage in the CPU's order (len = 1, 2,
+ *   4, ...): a pair's lower element becomes a + b, its upper a - b, and an
+ *   IEEE add is commutative, so a lane computing mine + partner gets the
+ *   CPU's a + b;
+ * - the scale is one __fmul_rn by the same float (kv_rot_scale).
+ *
+ * Layout: lane l holds elements l + 32 r (r < head_dim / 32) of the
+ * vector: the butterflies of distance < 32 pair lanes (one shuffle per
+ * register and stage), the longer ones pair registers of the same lane (no
+ * shuffle, no shared memory, no barrier).  Register r is also element l of
+ * the vector's 32-block r: the layout the Q8_0 / Q4_0 stores and the
+ * attention's output write use. */
 #ifndef STRATA_ROTATE_CUH
 #define STRATA_ROTATE_CUH
 
@@ -13,6 +27,7 @@
 #include "kernels/ops.h"
 
 #define ROT_WORDS (KV_ROT_MAX_DIM / 64)
+#define ROT_MAX_REGS (KV_ROT_MAX_DIM / 32)
 
 typedef struct rot_signs {
     uint64_t w[ROT_WORDS];
@@ -27,31 +42,56 @@ static inline rot_signs rot_signs_make(void)
     return s;
 }
 
-/* x is element i (= threadIdx.x) of a head_dim vector held by the block's
- * head_dim threads; returns element i of R x (inverse: R^T x).  Butterflies
- * of distance < 32 are warp shuffles, longer ones go through sh (head_dim
- * floats) with two barriers each: every thread of the block must call it. */
-__device__ __forceinline__ float rot_vec(float x, int i, int head_dim, int inverse, float scale,
-                                         const rot_signs &s, float *sh)
+/* Element lane + 32 r's sign bit: word r / 2, bit lane + 32 (r & 1). */
+__device__ __forceinline__ bool rot_neg(const rot_signs &s, int r, int lane)
 {
-    const int neg = (int)((s.w[i >> 6] >> (i & 63)) & 1);
-    if (!inverse && neg)
-        x = -x;
-    for (int len = 1; len < head_dim && len < 32; len <<= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, x, len);
-        x = (i & len) ? __fsub_rn(o, x) : __fadd_rn(x, o);
+    return (s.w[r >> 1] >> (lane + 32 * (r & 1))) & 1;
+}
+
+/* x[r] is element lane + 32 r of a vector of 32 n elements (n <= N, a
+ * power of two, the same in every lane); x <- R x (inverse: R^T x) in
+ * place.  Every lane of the warp must call it. */
+template <int N>
+__device__ __forceinline__ void rot_warp(float (&x)[N], int n, int lane, bool inverse,
+                                         float scale, const rot_signs &s)
+{
+    if (!inverse) {
+#pragma unroll
+        for (int r = 0; r < N; r++)
+            if (r < n && rot_neg(s, r, lane))
+                x[r] = -x[r];
     }
-    for (int len = 32; len < head_dim; len <<= 1) {
-        sh[i] = x;
-        __syncthreads();
-        float o = sh[i ^ len];
-        __syncthreads();
-        x = (i & len) ? __fsub_rn(o, x) : __fadd_rn(x, o);
+#pragma unroll
+    for (int len = 1; len < 32; len <<= 1) {
+#pragma unroll
+        for (int r = 0; r < N; r++) {
+            if (r < n) {
+                const float o = __shfl_xor_sync(0xffffffffu, x[r], len);
+                x[r] = (lane & len) ? __fsub_rn(o, x[r]) : __fadd_rn(x[r], o);
+            }
+        }
     }
-    x = __fmul_rn(x, scale);
-    if (inverse && neg)
-        x = -x;
-    return x;
+#pragma unroll
+    for (int m = 1; m < N; m <<= 1) {
+        if (m < n) {
+#pragma unroll
+            for (int r = 0; r < N; r++) {
+                if (!(r & m) && r + m < n) {
+                    const float a = x[r], b = x[r + m];
+                    x[r] = __fadd_rn(a, b);
+                    x[r + m] = __fsub_rn(a, b);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        if (r < n) {
+            x[r] = __fmul_rn(x[r], scale);
+            if (inverse && rot_neg(s, r, lane))
+                x[r] = -x[r];
+        }
+    }
 }
 
 #endif
