@@ -99,10 +99,15 @@ int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols,
  * for it): experts NULL, n = 1..8 tokens as cuda_matvec (a stacked gate|up
  * product: u = g + F, xstride = 2F); experts set, n pairs, pair p multiplying
  * expert experts[p] by row p into y row p as cuda_matvec_experts (x_div 1).
+ * experts2's next (NULL: none): the expert matrices the next launch reads
+ * (the down projection), expert e at next + e * next_bytes; once a block
+ * knows its pair's expert it starts a slice of that expert's matrix moving
+ * into L2 (kernels/cuda/l2prefetch.cuh): a hint, no result changes.
  * Twins: cpu_matmul after cpu_swiglu (kernels/ops.h). */
 int cuda_matvec_experts2(int type, const void *w, const void *w2, int64_t rows, int64_t cols,
                          const int32_t *experts, int pairs, int x_div, const float *x, float *y,
-                         float *y2, cudaStream_t stream, strata_error *err);
+                         float *y2, const void *next, size_t next_bytes, cudaStream_t stream,
+                         strata_error *err);
 int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
                        int n, const float *g, const float *u, int64_t xstride, float *y,
                        cudaStream_t stream, strata_error *err);
@@ -389,6 +394,16 @@ int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t 
 int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols, const float *x, int n_tok,
                           int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
                           cudaStream_t stream, strata_error *err);
+/* cuda_add_rmsnorm(x, d, nw, xb) then cuda_moe_router_route(wr, ..., xb),
+ * in one launch when cols <= 2048 and the rows and nw are 16-byte aligned
+ * (else those two launches): the bits of the two calls, x and xb included.
+ * d may be xb (the engine's wo output), as for cuda_add_rmsnorm.  Every
+ * router block computes the add and the norm of its token's row itself
+ * (norm.cu's reduction), the token's last block writes x and xb. */
+int cuda_moe_add_norm_router_route(float *x, const float *d, const float *nw, float *xb, float eps,
+                                   const float *wr, int n_expert, int64_t cols, int n_tok, int k,
+                                   float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
+                                   cudaStream_t stream, strata_error *err);
 int cuda_moe_group(const int32_t *d_sel, int n_tok, int k, int n_expert, int32_t *d_offsets,
                    int32_t *d_rows, int32_t *d_inv, cudaStream_t stream, strata_error *err);
 int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *d_rows,
