@@ -14,9 +14,6 @@
  *   cuda_moe_router_route         logits |d| <= 1e-5 (|ref| + 1) of cpu_matmul
  *                                 (F32); cpu_moe_route on the card's logits:
  *                                 the same experts, weights |d| <= 1e-6 |ref|
- *   cuda_moe_add_norm_router_route  x bit-exact with cpu_add, xb |d| <= 1e-6
- *                                 |ref| of cpu_rmsnorm; the rest bitwise the
- *                                 two launches it replaces
  * and, bit for bit, a token alone against the same token inside a batch. */
 #include "testutil.h"
 
@@ -296,116 +293,12 @@ START_TEST(moe_router_route_matches)
 }
 END_TEST
 
-/* The attention's residual add and ffn_norm inside the router's launch:
- * x, xb, the logits, choices and weights bitwise cuda_add_rmsnorm then
- * cuda_moe_router_route (which check_router holds to the twins), with d a
- * buffer of its own and with d = xb (the engine's wo output), four times
- * over the same tickets; 2056 columns take the launcher's two launches. */
-static void check_add_norm_router(int E, int64_t D, int n_tok, int k)
-{
-    const size_t nx = (size_t)n_tok * D, nl = (size_t)n_tok * E, ns = (size_t)n_tok * k;
-    float *wr = rnd((size_t)E * D, 0.05f, 900 + E), *x = rnd(nx, 1.0f, 901 + n_tok);
-    float *dl = rnd(nx, 0.5f, 902), *nw = rnd((size_t)D, 1.0f, 903);
-    float *hx[2], *hxb[2], *hlg[2], *hw[2];
-    int32_t *hsel[2];
-    for (int i = 0; i < 2; i++) {
-        hx[i] = malloc(nx * 4);
-        hxb[i] = malloc(nx * 4);
-        hlg[i] = malloc(nl * 4);
-        hw[i] = malloc(ns * 4);
-        hsel[i] = malloc(ns * 4);
-    }
-    float *dwr = dev_alloc(cuda_weight_bytes(GGML_TYPE_F32, E, D));
-    OK(cuda_weight_upload(GGML_TYPE_F32, E, D, wr, dwr, 0, &e_));
-    float *dx = dev_alloc(nx * 4), *dd = dev_alloc(nx * 4), *dxb = dev_alloc(nx * 4);
-    float *dnw = dup_to_dev(nw, (size_t)D * 4), *dlg = dev_alloc(nl * 4), *dw = dev_alloc(ns * 4);
-    int32_t *dsel = dev_alloc(ns * 4);
-    unsigned *dticket = dev_alloc(CUDA_MOE_ROUTER_TICKETS * sizeof(unsigned));
-    CK(cudaMemset(dticket, 0, CUDA_MOE_ROUTER_TICKETS * sizeof(unsigned)));
-    for (int rep = 0; rep < 4; rep++) {
-        const int alias = rep & 1; /* d = xb */
-        for (int f = 0; f < 2; f++) { /* f = 0: fused, 1: the two launches */
-            CK(cudaMemcpy(dx, x, nx * 4, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(alias ? dxb : dd, dl, nx * 4, cudaMemcpyHostToDevice));
-            if (!alias)
-                CK(cudaMemset(dxb, 0xff, nx * 4));
-            CK(cudaMemset(dsel, 0xff, ns * 4));
-            CK(cudaMemset(dw, 0xff, ns * 4));
-            const float *d = alias ? dxb : dd;
-            if (!f) {
-                OK(cuda_moe_add_norm_router_route(dx, d, dnw, dxb, 1e-6f, dwr, E, D, n_tok, k, dlg, dsel, dw,
-                                                  dticket, 0, &e_));
-            } else {
-                OK(cuda_add_rmsnorm(dx, d, dnw, dxb, n_tok, D, 1e-6f, 0, &e_));
-                OK(cuda_moe_router_route(dwr, E, D, dxb, n_tok, k, dlg, dsel, dw, dticket, 0, &e_));
-            }
-            to_host(hx[f], dx, nx * 4);
-            to_host(hxb[f], dxb, nx * 4);
-            to_host(hlg[f], dlg, nl * 4);
-            to_host(hsel[f], dsel, ns * 4);
-            to_host(hw[f], dw, ns * 4);
-        }
-        ck_assert_msg(!memcmp(hx[0], hx[1], nx * 4) && !memcmp(hxb[0], hxb[1], nx * 4),
-                      "add+norm+router %dx%lld, %d rows: x or xb differ (rep %d)", E, (long long)D, n_tok, rep);
-        ck_assert_msg(!memcmp(hlg[0], hlg[1], nl * 4) && !memcmp(hsel[0], hsel[1], ns * 4) &&
-                          !memcmp(hw[0], hw[1], ns * 4),
-                      "add+norm+router %dx%lld, %d rows: logits, choices or weights differ (rep %d)", E,
-                      (long long)D, n_tok, rep);
-    }
-    /* against the twins: x = x + d exactly, xb within 1e-6 of cpu_rmsnorm */
-    float *rx = malloc(nx * 4), *rxb = malloc(nx * 4);
-    memcpy(rx, x, nx * 4);
-    cpu_add(rx, dl, (int64_t)nx);
-    for (int t = 0; t < n_tok; t++)
-        cpu_rmsnorm(rx + (size_t)t * D, nw, D, 1e-6f, rxb + (size_t)t * D);
-    ck_assert_msg(!memcmp(rx, hx[0], nx * 4), "add+norm+router: x is not cpu_add's");
-    for (size_t i = 0; i < nx; i++)
-        ck_assert_msg(fabsf(hxb[0][i] - rxb[i]) <= 1e-6f * fabsf(rxb[i]) + 1e-30f, "xb[%zu] %g vs %g", i,
-                      hxb[0][i], rxb[i]);
-    free(rx);
-    free(rxb);
-    cudaFree(dwr);
-    cudaFree(dx);
-    cudaFree(dd);
-    cudaFree(dxb);
-    cudaFree(dnw);
-    cudaFree(dlg);
-    cudaFree(dw);
-    cudaFree(dsel);
-    cudaFree(dticket);
-    for (int i = 0; i < 2; i++) {
-        free(hx[i]);
-        free(hxb[i]);
-        free(hlg[i]);
-        free(hw[i]);
-        free(hsel[i]);
-    }
-    free(wr);
-    free(x);
-    free(dl);
-    free(nw);
-}
-
-START_TEST(moe_add_norm_router_route_matches)
-{
-    const char *why;
-    if (!test_have_gpu(&why))
-        TEST_SKIP("gpu", why);
-    check_add_norm_router(128, 2048, 1, 8); /* the 30B-A3B decode step */
-    check_add_norm_router(128, 2048, 8, 8); /* a decode batch of 8 */
-    check_add_norm_router(60, 512, 5, 4);   /* a partial block of rows; norm threads without a float4 */
-    check_add_norm_router(8, 264, 3, 2);    /* 66 float4: part of the norm's first warps */
-    check_add_norm_router(16, 2056, 2, 2);  /* past 2048 columns: the two launches */
-}
-END_TEST
-
 static Suite *cuda_fuse_suite(void)
 {
     Suite *s = suite_create("cuda_fuse");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, moe_router_route_matches);
-    tcase_add_test(tc, moe_add_norm_router_route_matches);
     tcase_add_test(tc, moe_combine_add_rmsnorm_matches);
     tcase_add_test(tc, qk_norm_rope_matches);
     suite_add_tcase(s, tc);

@@ -238,8 +238,9 @@ static void check_fused(int type, uint64_t seed)
     ck_assert(cudaMalloc((void **)&dy2, 2 * pr * sizeof(float)) == cudaSuccess);
     ck_assert(cudaMalloc((void **)&dh, (size_t)pairs * cols * sizeof(float)) == cudaSuccess);
 
-    /* gate and up in one launch = two launches (and with the next launch's
-     * experts prefetched into L2, l2prefetch.cuh: a hint that changes no bit) */
+    /* gate and up in one launch = two launches (with the next launch's
+     * experts passed: under STRATA_L2_PREFETCH they are prefetched into L2,
+     * l2prefetch.cuh, a hint that must change no bit) */
     cw_poison(dy, 2 * pr);
     ck_assert_msg(cuda_matvec_experts2(type, dw, dw2, rows, cols, dsel, pairs, k, dx, dy, dy + pr, dw2, eb, 0,
                                        &err) == 0,

@@ -510,10 +510,6 @@ int cuda_engine_init(strata_engine *e, strata_error *err)
         ce->no_fuse = f && strcmp(f, "0") == 0;
     }
     {
-        const char *f = getenv("STRATA_ROUTER_NORM"); /* on unless "0": an A/B switch */
-        ce->no_router_norm = f && strcmp(f, "0") == 0;
-    }
-    {
         const char *f = getenv("STRATA_ROT_SPLIT"); /* store, unrot or all: an A/B switch */
         int all = f && !strcmp(f, "all");
         ce->rot_split = (all || (f && !strcmp(f, "store")) ? ROT_SPLIT_STORE : 0) |

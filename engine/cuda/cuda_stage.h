@@ -126,8 +126,6 @@ typedef struct cuda_engine {
                                   * per (token, expert) pair, as before grouping */
     int no_fuse;                 /* STRATA_DECODE_FUSE=0: the layer's launches unfused
                                   * (forward_cuda.c; bitwise the same results) */
-    int no_router_norm;          /* STRATA_ROUTER_NORM=0: the attention's add+ffn_norm
-                                  * in its own launch, not the MoE router's (an A/B) */
     int rot_split;               /* STRATA_ROT_SPLIT (ROT_SPLIT_*): the rotated caches'
                                   * rotations as launches of their own (forward_cuda.c;
                                   * bitwise the same results), to time them */

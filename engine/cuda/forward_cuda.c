@@ -43,7 +43,6 @@ typedef struct srun {
     const fwd_call *c;
     const model_hparams *hp;
     int normed;          /* xb already holds attn_norm(x) (fused into the last add) */
-    int add_pending;     /* x += xb and xb = ffn_norm(x) left to the MoE router's launch */
     int rc;              /* the first failing call's status, 0 while all went well */
     strata_error *err;   /* where the first failure's message goes */
     strata_error spare;  /* where the messages of later failures go */
@@ -110,24 +109,8 @@ static void embed(srun *r)
     trace(r, "embed", -1, cs->x, r->hp->n_embd);
 }
 
-/* The MoE router's product and routing in one launch (decode rows, an F32
- * router), and then also the attention's residual add and ffn_norm in front
- * of it (cuda_moe_add_norm_router_route) unless STRATA_TRACE wants x
- * traced after the add or STRATA_ROUTER_NORM=0 (an A/B of the speed). */
-static int router_fused(const srun *r, const dlayer *d)
-{
-    return fused(r) && r->hp->n_expert && r->c->n <= MATVEC_MAX_ROWS && d->router.d &&
-           d->router.type == GGML_TYPE_F32 && r->cs->moe_ticket;
-}
-static int add_norm_in_router(const srun *r, const dlayer *d)
-{
-    return router_fused(r, d) && !d->post_attn_norm && !trace_on() &&
-           !((const cuda_engine *)r->e->cuda)->no_router_norm;
-}
-
 /* Attention block of layer il for the call's rows: x += attention, and
- * xb = ffn_norm(x) for the FFN after it (or left to the router's launch:
- * add_pending). */
+ * xb = ffn_norm(x) for the FFN after it. */
 static void attention_block(srun *r, int il)
 {
     const model_hparams *hp = r->hp;
@@ -220,10 +203,8 @@ static void attention_block(srun *r, int il)
         keep(r, cuda_rmsnorm(cs->xb, d->post_attn_norm, cs->xb, n, D, hp->eps, cs->compute,
                              err_of(r)));
     /* x += attention; xb = ffn_norm(x) */
-    r->add_pending = add_norm_in_router(r, d);
-    if (!r->add_pending)
-        keep(r, cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
-                                 err_of(r)));
+    keep(r, cuda_add_rmsnorm(cs->x, cs->xb, d->ffn_norm, cs->xb, n, D, hp->eps, cs->compute,
+                             err_of(r)));
     trace(r, "h", il, cs->x, D);
 }
 
@@ -369,13 +350,7 @@ static void ffn_moe(srun *r, int il)
     const dlayer *d = &cs->layers[il - r->st->l0];
     int n = r->c->n, k = hp->n_expert_used;
     int64_t D = hp->n_embd;
-    if (r->add_pending) {
-        /* the attention's add and ffn_norm, the router's product and the routing in one launch */
-        keep(r, cuda_moe_add_norm_router_route(cs->x, cs->xb, d->ffn_norm, cs->xb, hp->eps, d->router.d,
-                                               hp->n_expert, D, n, k, cs->att, cs->moe_sel, cs->moe_w,
-                                               cs->moe_ticket, cs->compute, err_of(r)));
-        r->add_pending = 0;
-    } else if (router_fused(r, d)) {
+    if (fused(r) && n <= MATVEC_MAX_ROWS && d->router.type == GGML_TYPE_F32 && cs->moe_ticket) {
         /* the router's product and the routing in one launch */
         keep(r, cuda_moe_router_route(d->router.d, hp->n_expert, D, cs->xb, n, k, cs->att,
                                       cs->moe_sel, cs->moe_w, cs->moe_ticket, cs->compute,

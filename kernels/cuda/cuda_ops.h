@@ -394,16 +394,6 @@ int cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int32_t 
 int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols, const float *x, int n_tok,
                           int k, float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
                           cudaStream_t stream, strata_error *err);
-/* cuda_add_rmsnorm(x, d, nw, xb) then cuda_moe_router_route(wr, ..., xb),
- * in one launch when cols <= 2048 and the rows and nw are 16-byte aligned
- * (else those two launches): the bits of the two calls, x and xb included.
- * d may be xb (the engine's wo output), as for cuda_add_rmsnorm.  Every
- * router block computes the add and the norm of its token's row itself
- * (norm.cu's reduction), the token's last block writes x and xb. */
-int cuda_moe_add_norm_router_route(float *x, const float *d, const float *nw, float *xb, float eps,
-                                   const float *wr, int n_expert, int64_t cols, int n_tok, int k,
-                                   float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
-                                   cudaStream_t stream, strata_error *err);
 int cuda_moe_group(const int32_t *d_sel, int n_tok, int k, int n_expert, int32_t *d_offsets,
                    int32_t *d_rows, int32_t *d_inv, cudaStream_t stream, strata_error *err);
 int cuda_moe_gather(const float *x, int n_tok, int k, int64_t D, const int32_t *d_rows,

@@ -10,7 +10,10 @@
  * no register or shared memory: the DRAM stream starts at once and the
  * ring's later copies find their tiles in L2.  A prefetch moves no data
  * into the kernel and changes no result: the bits are those of a kernel
- * without it (STRATA_L2_PREFETCH=0, weights.cu, turns it off to measure).
+ * without it.  Measured on the H200 it made every decode step slower (8B
+ * IQ3_XXS batch 1 -4.6 %, doc/BENCHMARKS.md), so it is off unless
+ * STRATA_L2_PREFETCH=KiB (weights.cu) asks for it: kept for the experiments
+ * that are to find out why.
  *
  * ptxas moves griddepcontrol.wait above plain loads, so a plain load
  * before pdl_wait does not overlap the predecessor; the bulk prefetch is an
@@ -25,7 +28,7 @@
 
 namespace wt {
 
-constexpr int L2PF_KIB = 16; /* the default of plan_l2_prefetch */
+constexpr int L2PF_KIB = 0; /* plan_l2_prefetch's default: off (above) */
 
 /* Bytes a warp may prefetch for its first pass over the row-blocks (0:
  * off): STRATA_L2_PREFETCH KiB, read once per process (weights.cu).  A cap,

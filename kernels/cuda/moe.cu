@@ -46,7 +46,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/f32_row.cuh"
-#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
 #include "model/model.h" /* MOE_MAX_USED */
@@ -232,76 +231,12 @@ extern "C" int cuda_moe_route(const float *logits, int n_tok, int n_expert, int 
  * a few round trips per row: 11 us under ncu on the H200). */
 #define RR_WARPS (RT_THREADS / 32)
 
-/* The residual add and ffn_norm in front of the router
- * (cuda_moe_add_norm_router_route): x[t] += d[t], xb[t] = rmsnorm(x[t]) *
- * nw.  x NULL: none (the router reads its activations from xr). */
-struct RouterNorm {
-    float *x;
-    const float *d, *nw;
-    float *xb;
-    float eps;
-};
-#define RN_MAX_COLS (NORM_THREADS * 4) /* one float4 per norm thread */
-#define RN_PLAYS (NORM_THREADS / 32 / RR_WARPS) /* the norm's warps a router warp plays */
-
-/* Every block of token t computes the add and the norm of the whole row
- * into xn (shared memory) with norm.cu's reduction (norm_row.cuh): router
- * warp w plays the norm kernel's warps w, w + RR_WARPS, ..., each lane its
- * threads' float4, so the warp partials, their sum and the scale are
- * rmsnorm_kernel's bits.  The sums stay in v for the last block, which
- * writes x and xb when every block has read them (after its ticket). */
-__device__ __forceinline__ void router_add_norm(const RouterNorm &nm, int cols, int t, int warp, int lane,
-                                                float4 *xn, double *part, float4 (&v)[RN_PLAYS])
-{
-    const int n4 = cols / 4;
-    const float4 *x4 = (const float4 *)(nm.x + (size_t)t * cols), *d4 = (const float4 *)(nm.d + (size_t)t * cols);
-#pragma unroll
-    for (int j = 0; j < RN_PLAYS; j++) {
-        const int i = (warp + j * RR_WARPS) * 32 + lane; /* the norm thread's float4 */
-        double ss = 0.0;
-        if (i < n4) {
-            v[j] = norm_add4(x4[i], d4[i]);
-            ss = norm_ss4(v[j], ss);
-        }
-        ss = warp_sum_d(ss);
-        if (lane == 0)
-            part[warp + j * RR_WARPS] = ss;
-    }
-    __syncthreads();
-    double tot = 0.0; /* block_sum_d's order: the warp partials from 0, by index */
-    for (int i = 0; i < NORM_THREADS / 32; i++)
-        tot += part[i];
-    const float scale = norm_scale(tot, cols, nm.eps);
-    const float4 *g4 = (const float4 *)nm.nw;
-#pragma unroll
-    for (int j = 0; j < RN_PLAYS; j++) {
-        const int i = (warp + j * RR_WARPS) * 32 + lane;
-        if (i < n4)
-            xn[i] = norm_scale4(v[j], g4[i], scale);
-    }
-    __syncthreads();
-}
-
-/* f32_row_load's values from the normed row in shared memory */
-__device__ __forceinline__ void router_xn_load(const float4 *xn, int c0, int cols, int lane,
-                                               float4 (&xv)[F32_ROW_CHUNK])
-{
-#pragma unroll
-    for (int i = 0; i < F32_ROW_CHUNK; i++) {
-        const int k = c0 + 4 * (lane + 32 * i);
-        xv[i] = k < cols ? xn[k / 4] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-}
-
-template <bool NORM>
 __global__ void __launch_bounds__(RT_THREADS)
 moe_router_route_kernel(const float *wr, int n_expert, int cols, const float *x, int k, float *logits,
-                        int32_t *sel, float *w, unsigned *tickets, const RouterNorm nm)
+                        int32_t *sel, float *w, unsigned *tickets)
 {
     __shared__ route_smem sm;
     __shared__ float4 stage[RR_WARPS][F32_ROW_CHUNK * 32]; /* 32 KiB: chunk 0's weights */
-    __shared__ float4 xn[NORM ? RN_MAX_COLS / 4 : 1];   /* NORM: the normed row, 8 KiB */
-    __shared__ double npart[NORM_THREADS / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row = blockIdx.x * RR_WARPS + warp, t = blockIdx.y;
     /* whole warps: warp_sum's butterfly needs every lane (a row past the
@@ -310,16 +245,10 @@ moe_router_route_kernel(const float *wr, int n_expert, int cols, const float *x,
     f32_row_stage(wrow, cols, lane, stage[warp]);
     pdl_wait();    /* launched programmatically (pdl.cuh): the activations after the wait */
     pdl_trigger(); /* then let the next kernel launch */
-    float4 keep[RN_PLAYS] = {};
-    if (NORM)
-        router_add_norm(nm, cols, t, warp, lane, xn, npart, keep);
     float4 wv[F32_ROW_CHUNK], xv[F32_ROW_CHUNK];
     float s = 0.f;
     for (int c0 = 0; c0 < cols; c0 += F32_ROW_CHUNK * 128) {
-        if (NORM)
-            router_xn_load(xn, c0, cols, lane, xv);
-        else
-            f32_row_load(xrow, c0, cols, lane, xv);
+        f32_row_load(xrow, c0, cols, lane, xv);
         if (c0)
             f32_row_load(wrow, c0, cols, lane, wv);
         else
@@ -342,17 +271,6 @@ moe_router_route_kernel(const float *wr, int n_expert, int cols, const float *x,
     }
     if (!__syncthreads_or(last))
         return;
-    if (NORM) { /* every block of token t has read x[t] and d[t] (d may be xb) */
-        float4 *x4 = (float4 *)(nm.x + (size_t)t * cols), *xb4 = (float4 *)(nm.xb + (size_t)t * cols);
-#pragma unroll
-        for (int j = 0; j < RN_PLAYS; j++) {
-            const int i = (warp + j * RR_WARPS) * 32 + lane;
-            if (i < cols / 4) {
-                x4[i] = keep[j];
-                xb4[i] = xn[i];
-            }
-        }
-    }
     route_block(logits + (size_t)t * n_expert, n_expert, k, sm, sel + (size_t)t * k, w + (size_t)t * k);
     if (threadIdx.x == 0)
         tickets[t] = 0; /* every block of token t has taken it; ready for the next launch */
@@ -372,37 +290,8 @@ extern "C" int cuda_moe_router_route(const float *wr, int n_expert, int64_t cols
         return strata_err(err, STRATA_E_ARG, "cuda_moe_router_route: bad arguments (%d rows, %lld columns)",
                           n_tok, (long long)cols);
     const dim3 grid((unsigned)((n_expert + RR_WARPS - 1) / RR_WARPS), (unsigned)n_tok);
-    const RouterNorm none = {NULL, NULL, NULL, NULL, 0.f};
-    CUDA_CHECK(err, pdl_launch(moe_router_route_kernel<false>, grid, dim3(RT_THREADS), 0, stream, wr, n_expert,
-                               (int)cols, x, k, logits, d_sel, d_w, d_tickets, none));
-    return 0;
-}
-
-extern "C" int cuda_moe_add_norm_router_route(float *x, const float *d, const float *nw, float *xb, float eps,
-                                              const float *wr, int n_expert, int64_t cols, int n_tok, int k,
-                                              float *logits, int32_t *d_sel, float *d_w, unsigned *d_tickets,
-                                              cudaStream_t stream, strata_error *err)
-{
-    /* the norm's float4 path (the same partition of the sum as
-     * cuda_add_rmsnorm's), one float4 per norm thread: else two launches */
-    const bool one = cols % 4 == 0 && cols <= RN_MAX_COLS &&
-                     !(((uintptr_t)x | (uintptr_t)d | (uintptr_t)nw | (uintptr_t)xb) & 15u);
-    if (!one || n_tok <= 0) {
-        int rc = cuda_add_rmsnorm(x, d, nw, xb, n_tok, cols, eps, stream, err);
-        return rc ? rc : cuda_moe_router_route(wr, n_expert, cols, xb, n_tok, k, logits, d_sel, d_w, d_tickets,
-                                               stream, err);
-    }
-    int rc = route_check("cuda_moe_add_norm_router_route", n_expert, k, err);
-    if (rc)
-        return rc;
-    if (!wr || !x || !d || !nw || !xb || !logits || !d_sel || !d_w || !d_tickets ||
-        n_tok > CUDA_MOE_ROUTER_TICKETS || cols < 4)
-        return strata_err(err, STRATA_E_ARG, "cuda_moe_add_norm_router_route: bad arguments (%d rows, %lld columns)",
-                          n_tok, (long long)cols);
-    const dim3 grid((unsigned)((n_expert + RR_WARPS - 1) / RR_WARPS), (unsigned)n_tok);
-    const RouterNorm nm = {x, d, nw, xb, eps};
-    CUDA_CHECK(err, pdl_launch(moe_router_route_kernel<true>, grid, dim3(RT_THREADS), 0, stream, wr, n_expert,
-                               (int)cols, (const float *)xb, k, logits, d_sel, d_w, d_tickets, nm));
+    CUDA_CHECK(err, pdl_launch(moe_router_route_kernel, grid, dim3(RT_THREADS), 0, stream, wr, n_expert,
+                               (int)cols, x, k, logits, d_sel, d_w, d_tickets));
     return 0;
 }
 

@@ -28,9 +28,10 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/norm_head.cuh"
-#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
+
+#define NORM_THREADS 512
 
 /* Sum over the block in a fixed order: warp trees, then warp 0 adds the
  * sixteen warp partials in index order.  Every thread gets the result. */
@@ -123,10 +124,26 @@ __device__ __forceinline__ float4 norm_first4(float4 *x4, const Delta &dl, int t
 {
     float4 v = x4[i];
     if (dl.on()) {
-        v = norm_add4(v, dl.at4(t, i));
+        const float4 a = dl.at4(t, i);
+        v.x = __fadd_rn(v.x, a.x);
+        v.y = __fadd_rn(v.y, a.y);
+        v.z = __fadd_rn(v.z, a.z);
+        v.w = __fadd_rn(v.w, a.w);
         x4[i] = v;
     }
-    ss = norm_ss4(v, ss);
+    ss += (double)v.x * v.x;
+    ss += (double)v.y * v.y;
+    ss += (double)v.z * v.z;
+    ss += (double)v.w * v.w;
+    return v;
+}
+
+__device__ __forceinline__ float4 norm_scale4(float4 v, float4 g, float scale)
+{
+    v.x = __fmul_rn(__fmul_rn(v.x, scale), g.x);
+    v.y = __fmul_rn(__fmul_rn(v.y, scale), g.y);
+    v.z = __fmul_rn(__fmul_rn(v.z, scale), g.z);
+    v.w = __fmul_rn(__fmul_rn(v.w, scale), g.w);
     return v;
 }
 
@@ -167,7 +184,8 @@ rmsnorm_kernel(float *x, Delta dl, const float *w, float *y, int64_t n, float ep
         if (!w)
             return; /* the same for the whole block: no barrier is left waiting */
         ss = block_sum_d(ss);
-        const float scale = norm_scale(ss, n, eps);
+        /* The CPU's expression, in double, then rounded once to float. */
+        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
 #pragma unroll
         for (int u = 0; u < NORM_KEEP; u++) {
             const int64_t i = threadIdx.x + (int64_t)u * NORM_THREADS;
@@ -194,7 +212,7 @@ rmsnorm_kernel(float *x, Delta dl, const float *w, float *y, int64_t n, float ep
         return; /* the same for the whole block: no barrier is left waiting */
     ss = block_sum_d(ss);
     /* The CPU's expression, in double, then rounded once to float. */
-    float scale = norm_scale(ss, n, eps);
+    float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
     if (vec) {
         const float4 *x4 = (const float4 *)xr;
         const float4 *w4 = (const float4 *)w;
