@@ -5,7 +5,7 @@
  * segments (the fold) and a q|k|v whose rows end inside a 16-row tile:
  *   - every step's output bitwise what the separate kernels write
  *     (cuda_matvec, cuda_matvec_swiglu, cuda_add), on two launches in a row
- *     (the flags put back by the first);
+ *     (the flags put back by the first), and with the deeper ring;
  *   - every step against its twin cpu_mv_chain fed the card's own inputs,
  *     within the matvec's int8 tolerance (1e-2), and the whole chain on the
  *     CPU against the card's last x within 3e-2 (the steps' errors add up);
@@ -121,11 +121,11 @@ static void mc_separate(const mc_chain *c)
     ck_assert(cudaDeviceSynchronize() == cudaSuccess);
 }
 
-static void mc_persistent(mc_chain *c, int launches)
+static void mc_persistent(mc_chain *c, int launches, int depth)
 {
     strata_error err = {0};
     cuda_mvchain *ch = NULL;
-    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, &ch, &err) == 0, "%s", err.msg);
+    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, depth, &ch, &err) == 0, "%s", err.msg);
     for (int i = 0; i < launches; i++) {
         for (int k = 0; k < 4 * MC_LAYERS; k++)
             cw_poison(c->dy[1][k], (size_t)mc_rows(k));
@@ -138,6 +138,24 @@ static void mc_persistent(mc_chain *c, int launches)
 
 static const int mc_types[] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0};
 
+/* Every step of run 1 (persistent) bitwise run 0's (separate). */
+static void mc_assert_bitwise(const mc_chain *c, int depth)
+{
+    float *a = malloc(2 * MC_FF * sizeof *a), *b = malloc(2 * MC_FF * sizeof *b);
+    ck_assert(a && b);
+    for (int k = 0; k < 4 * MC_LAYERS; k++) {
+        cw_fetch(a, c->dy[0][k], (size_t)mc_rows(k));
+        cw_fetch(b, c->dy[1][k], (size_t)mc_rows(k));
+        char what[64];
+        snprintf(what, sizeof what, "depth %d layer %d step %d", depth, k / 4, k % 4);
+        cw_assert_bitwise(c->type, what, a, b, 1, mc_rows(k));
+    }
+    fprintf(stderr, "cuda_mvchain %-7s %d steps, ring depth %d: bitwise the separate kernels' outputs\n",
+            type_name(c->type), 4 * MC_LAYERS, depth);
+    free(a);
+    free(b);
+}
+
 START_TEST(mvchain_bitwise_separate)
 {
     const char *why;
@@ -147,20 +165,11 @@ START_TEST(mvchain_bitwise_separate)
         mc_chain c;
         mc_init(&c, mc_types[ti]);
         mc_separate(&c);
-        mc_persistent(&c, 2);
-        float *a = malloc(2 * MC_FF * sizeof *a), *b = malloc(2 * MC_FF * sizeof *b);
-        ck_assert(a && b);
-        for (int k = 0; k < 4 * MC_LAYERS; k++) {
-            cw_fetch(a, c.dy[0][k], (size_t)mc_rows(k));
-            cw_fetch(b, c.dy[1][k], (size_t)mc_rows(k));
-            char what[64];
-            snprintf(what, sizeof what, "layer %d step %d", k / 4, k % 4);
-            cw_assert_bitwise(c.type, what, a, b, 1, mc_rows(k));
-        }
-        fprintf(stderr, "cuda_mvchain %-7s %d steps: bitwise the separate kernels' outputs\n", type_name(c.type),
-                4 * MC_LAYERS);
-        free(a);
-        free(b);
+        mc_persistent(&c, 2, 0); /* two launches: the flags were put back */
+        mc_assert_bitwise(&c, 0);
+        const int deep = c.type == GGML_TYPE_IQ3_XXS ? 5 : 16; /* more in flight, the same bits */
+        mc_persistent(&c, 1, deep);
+        mc_assert_bitwise(&c, deep);
         mc_free(&c);
     }
 }
@@ -183,7 +192,7 @@ START_TEST(mvchain_matches_cpu)
     for (int ti = 0; ti < 2; ti++) {
         mc_chain c;
         mc_init(&c, mc_types[ti]);
-        mc_persistent(&c, 1);
+        mc_persistent(&c, 1, 0);
         double worst = 0;
         /* each step from the card's own inputs */
         for (int k = 0; k < 4 * MC_LAYERS; k++) {
@@ -254,18 +263,18 @@ START_TEST(mvchain_rejects_bad_chains)
     memcpy(ops, c.ops, sizeof ops);
     ops[2].y = c.dy[1][0]; /* gate|up writes q|k|v, which o reads */
     ops[2].rows = MC_QKV;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 3, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 3, 0, &ch, &err), STRATA_E_ARG);
     ck_assert(ch == NULL);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].x = c.dy[1][0] + 400; /* o reads past the end of q|k|v */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].type = GGML_TYPE_Q2_0; /* two types */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[0].type = ops[1].type = GGML_TYPE_Q4_0;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, &ch, &err), STRATA_E_UNSUPPORTED);
-    ck_assert_int_eq(cuda_mvchain_make(ops, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 0, 0, &ch, &err), STRATA_E_ARG);
     mc_free(&c);
 }
 END_TEST

@@ -14,6 +14,8 @@
  *   --layers L          layers (default 32: ~2.7 GB of IQ3_XXS)
  *   --type T            iq3_xxs (default) or q2_0
  *   --reps N            timed runs (default 20)
+ *   --depth D           (b)'s ring depth in tiles: 0 the decode kernel's (IQ3_XXS
+ *                       4, Q2_0 12), or IQ3_XXS 5, Q2_0 16
  *   --no-pdl            (a) without programmatic dependent launch */
 #include <math.h>
 #include <stdint.h>
@@ -26,7 +28,7 @@
 
 void bench_persistent_usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--no-pdl]\n\n"
+    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--depth D] [--no-pdl]\n\n"
                "The 8B layer's weight matvecs at batch 1 (q|k|v, o, gate|up, down with the SwiGLU\n"
                "and the residual add), L layers of random weights: today's kernels in a CUDA graph\n"
                "against one persistent launch (doc/cuda-kernels.md, \"The persistent kernel\"),\n"
@@ -35,6 +37,8 @@ void bench_persistent_usage(FILE *f)
                "  --layers L     layers, 1..64 (default 32)\n"
                "  --type T       iq3_xxs (default) or q2_0\n"
                "  --reps N       timed runs, 15..200 (default 20)\n"
+               "  --depth D      the persistent kernel's ring of tiles per warp: 0 (default) the decode\n"
+               "                 kernel's (iq3_xxs 4, q2_0 12), or iq3_xxs 5, q2_0 16\n"
                "  --no-pdl       the separate kernels without programmatic dependent launch\n\n");
 }
 
@@ -201,7 +205,7 @@ static long long bp_diff(const float *a, const float *b, size_t n, float *ha, fl
 
 int bench_persistent(int argc, char **argv)
 {
-    long layers = 32, reps = 20;
+    long layers = 32, reps = 20, depth = 0;
     int type = GGML_TYPE_IQ3_XXS;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--persistent"))
@@ -224,6 +228,9 @@ int bench_persistent(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i - 1], "--reps")) {
             if (bench_int("persistent", "--reps", v, 15, BENCH_MAX_REPS, &reps))
+                return 2;
+        } else if (!strcmp(argv[i - 1], "--depth")) {
+            if (bench_int("persistent", "--depth", v, 0, 16, &depth))
                 return 2;
         } else if (!strcmp(argv[i - 1], "--type")) {
             const type_traits *t = type_traits_by_name(v);
@@ -293,7 +300,7 @@ int bench_persistent(int argc, char **argv)
         ops[4 * l + 2] = (mv_chain_op){type, c.w[l][2], 2 * BP_FF, BP_DIM, o->a[l], NULL, NULL, o->gu[l]};
         ops[4 * l + 3] = (mv_chain_op){type, c.w[l][3], BP_DIM, BP_FF, o->gu[l], o->gu[l] + BP_FF, x, o->xn[l]};
     }
-    if (cuda_mvchain_make(ops, 4 * c.layers, &c.chain, &err)) {
+    if (cuda_mvchain_make(ops, 4 * c.layers, (int)depth, &c.chain, &err)) {
         fprintf(stderr, "bench --persistent: %s\n", err.msg);
         goto fail;
     }
@@ -342,7 +349,8 @@ int bench_persistent(int argc, char **argv)
     const double us[2] = {sep_us, per_us};
     char label[2][96];
     snprintf(label[0], sizeof label[0], "separate kernels (graph, %d launches)", 5 * c.layers);
-    snprintf(label[1], sizeof label[1], "persistent (1 launch, %d CTAs, %lld items)", grid, items);
+    snprintf(label[1], sizeof label[1], "persistent (1 launch, %d CTAs, %lld items, depth %ld)", grid, items,
+             depth);
     for (int k = 0; k < 2; k++) {
         const double gbps = (double)wbytes / (us[k] * 1e3);
         printf("%-44s %10.1f %10.2f %8.0f %7.1f%%\n", label[k], us[k], us[k] / c.layers, gbps, 100 * gbps / bw);

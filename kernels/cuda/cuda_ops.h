@@ -417,9 +417,11 @@ extern int strata_pdl_off;
  * reading an earlier step's output must read within it.  make: the work
  * list, flags and partial sums on the card (allocates; synchronises); run:
  * one launch, graph-capturable, any number of times, one run at a time per
- * chain.  Twin: cpu_mv_chain. */
+ * chain.  depth: each warp's ring of tile copies, in tiles (0: the decode
+ * kernel's, IQ3_XXS 4, Q2_0 12; or IQ3_XXS 5, Q2_0 16: more bytes in
+ * flight, the same bits).  Twin: cpu_mv_chain. */
 typedef struct cuda_mvchain cuda_mvchain;
-int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, cuda_mvchain **out, strata_error *err);
+int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, cuda_mvchain **out, strata_error *err);
 int cuda_mvchain_run(const cuda_mvchain *c, cudaStream_t stream, strata_error *err);
 /* CTAs of a run, work items, GGUF weight bytes the chain reads */
 void cuda_mvchain_info(const cuda_mvchain *c, int *grid, long long *items, long long *weight_bytes);

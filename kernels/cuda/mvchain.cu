@@ -143,11 +143,13 @@ __device__ __forceinline__ void ch_wait(const ChArgs &a, const ChOp &o, int rb, 
     __syncthreads();
 }
 
-template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) mvchain_kernel(const ChArgs a)
+/* D: the ring's depth in tiles (the decode kernel's Ring<TYPE>::D, or
+ * deeper: cuda_mvchain_make's depth) */
+template <int TYPE, int D> __global__ void __launch_bounds__(MV_THREADS, 1) mvchain_kernel(const ChArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr Geo gm = geo(TYPE);
-    constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
+    constexpr int SLOT = Ring<TYPE>::SLOT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     uint8_t *ring = smem + mv_ring_off(a.l, warp);
@@ -249,7 +251,7 @@ template <int TYPE> __global__ void __launch_bounds__(MV_THREADS, 1) mvchain_ker
 /* ---- the host side ---------------------------------------------------- */
 
 struct cuda_mvchain {
-    int type, grid;
+    int type, depth, grid;
     ChArgs a;
     void *dev; /* one allocation: ops, items, flags, tickets, done, partial sums */
     long long items, bytes_w;
@@ -277,7 +279,19 @@ static bool ch_overlap(const float *a, int64_t na, const float *b, int64_t nb)
     return a && b && a < b + nb && b < a + na;
 }
 
-extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, cuda_mvchain **out, strata_error *err)
+/* The kernel for a type and ring depth; NULL for a pair not built. */
+static const void *ch_kernel(int type, int depth)
+{
+    if (type == GGML_TYPE_IQ3_XXS)
+        return depth == 4 ? (const void *)mvchain_kernel<GGML_TYPE_IQ3_XXS, 4>
+                          : depth == 5 ? (const void *)mvchain_kernel<GGML_TYPE_IQ3_XXS, 5> : NULL;
+    if (type == GGML_TYPE_Q2_0)
+        return depth == 12 ? (const void *)mvchain_kernel<GGML_TYPE_Q2_0, 12>
+                           : depth == 16 ? (const void *)mvchain_kernel<GGML_TYPE_Q2_0, 16> : NULL;
+    return NULL;
+}
+
+extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, cuda_mvchain **out, strata_error *err)
 {
     *out = NULL;
     if (!ops || n_ops < 1 || n_ops > 65535)
@@ -285,6 +299,11 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, cuda_mvchain
     const int type = ops[0].type;
     if (type != GGML_TYPE_IQ3_XXS && type != GGML_TYPE_Q2_0)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_mvchain: %s (IQ3_XXS and Q2_0 only)", type_name(type));
+    if (!depth)
+        depth = type == GGML_TYPE_IQ3_XXS ? Ring<GGML_TYPE_IQ3_XXS>::D : Ring<GGML_TYPE_Q2_0>::D;
+    if (!ch_kernel(type, depth))
+        return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_mvchain: ring depth %d for %s (IQ3_XXS 4, 5; Q2_0 12, 16)",
+                          depth, type_name(type));
     ChOp *h = (ChOp *)calloc((size_t)n_ops, sizeof *h);
     if (!h)
         return strata_err(err, STRATA_E_NOMEM, "cuda_mvchain: %d steps", n_ops);
@@ -360,13 +379,15 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, cuda_mvchain
                 for (int s = 0; s < h[i].p.nseg; ++s)
                     hi[n++] = (uint32_t)i << 16 | (uint32_t)rb << 3 | (uint32_t)s;
         c->type = type;
+        c->depth = depth;
         c->items = items;
         c->bytes_w = bytes_w;
         Plan pm = h[0].p; /* the layout holds the longest segment */
         pm.tps = tps_max;
         int lo = 0;
         rc = mv_smem_lo(&lo, err);
-        c->a.l = mv_layout(type, pm, lo);
+        const int slot = type == GGML_TYPE_IQ3_XXS ? Ring<GGML_TYPE_IQ3_XXS>::SLOT : Ring<GGML_TYPE_Q2_0>::SLOT;
+        c->a.l = mv_layout(type, pm, lo, slot * depth);
     }
     size_t o_ops = 0, o_items = 0, o_flags = 0, o_tick = 0, o_done = 0, o_part = 0, total = 0;
     if (!rc) {
@@ -400,11 +421,8 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, cuda_mvchain
         c->a.n_flags = (int)flags;
         c->a.part = (float *)(d + o_part);
     }
-    if (!rc) {
-        const void *fn = type == GGML_TYPE_IQ3_XXS ? (const void *)mvchain_kernel<GGML_TYPE_IQ3_XXS>
-                                                   : (const void *)mvchain_kernel<GGML_TYPE_Q2_0>;
-        rc = launch_capacity(fn, MV_THREADS, (size_t)c->a.l.bytes, 1, &c->grid, err);
-    }
+    if (!rc)
+        rc = launch_capacity(ch_kernel(type, depth), MV_THREADS, (size_t)c->a.l.bytes, 1, &c->grid, err);
     free(h);
     free(hi);
     if (rc) {
@@ -421,11 +439,8 @@ extern "C" int cuda_mvchain_run(const cuda_mvchain *c, cudaStream_t stream, stra
         return strata_err(err, STRATA_E_ARG, "cuda_mvchain_run: no chain");
     /* a plain launch, not a programmatic one: every CTA must be resident for
      * the items' waits to end, so none may wait for a predecessor's SMs */
-    const size_t smem = (size_t)c->a.l.bytes;
-    if (c->type == GGML_TYPE_IQ3_XXS)
-        mvchain_kernel<GGML_TYPE_IQ3_XXS><<<c->grid, MV_THREADS, smem, stream>>>(c->a);
-    else
-        mvchain_kernel<GGML_TYPE_Q2_0><<<c->grid, MV_THREADS, smem, stream>>>(c->a);
+    void (*k)(const ChArgs) = (void (*)(const ChArgs))ch_kernel(c->type, c->depth);
+    k<<<c->grid, MV_THREADS, (size_t)c->a.l.bytes, stream>>>(c->a);
     CUDA_CHECK_LAUNCH(err, "mvchain_kernel");
     return 0;
 }

@@ -1053,7 +1053,9 @@ inline int ring_bytes_per_warp(int type)
     default: return is_blk(type) ? geo(type).tile * blk_depth(type) : 0;
     }
 }
-inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
+/* ring_warp: each warp's ring bytes, 0 for the decode kernel's
+ * (ring_bytes_per_warp); the persistent chain may ask for deeper rings. */
+inline MvLayout mv_layout(int type, const Plan &p, int smem_lo, int ring_warp = 0)
 {
     const Geo gm = geo(type);
     const int seg_k = p.tps * gm.kt;
@@ -1085,7 +1087,7 @@ inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
         l.off_dx = l.off_xs = off + MV_COLS * l.xstride * 2;
     }
     off = (off + act + 15) / 16 * 16;
-    l.ring_warp = ring_bytes_per_warp(type);
+    l.ring_warp = ring_warp ? ring_warp : ring_bytes_per_warp(type);
     l.off_ring = off;
     l.ring_split = MV_WARPS;
     if (hole && off < l.off_tab + hole) { /* rings of warps [0, split) before the tables */
