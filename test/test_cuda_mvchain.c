@@ -5,7 +5,8 @@
  * segments (the fold) and a q|k|v whose rows end inside a 16-row tile:
  *   - every step's output bitwise what the separate kernels write
  *     (cuda_matvec, cuda_matvec_swiglu, cuda_add), on two launches in a row
- *     (the flags put back by the first), and with the deeper ring;
+ *     (the flags put back by the first), and with the deeper ring and the
+ *     L2 prefetch;
  *   - every step against its twin cpu_mv_chain fed the card's own inputs,
  *     within the matvec's int8 tolerance (1e-2), and the whole chain on the
  *     CPU against the card's last x within 3e-2 (the steps' errors add up);
@@ -125,7 +126,7 @@ static void mc_persistent(mc_chain *c, int launches, int depth)
 {
     strata_error err = {0};
     cuda_mvchain *ch = NULL;
-    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, depth, &ch, &err) == 0, "%s", err.msg);
+    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, depth, depth ? 1 : 0, &ch, &err) == 0, "%s", err.msg);
     for (int i = 0; i < launches; i++) {
         for (int k = 0; k < 4 * MC_LAYERS; k++)
             cw_poison(c->dy[1][k], (size_t)mc_rows(k));
@@ -167,7 +168,8 @@ START_TEST(mvchain_bitwise_separate)
         mc_separate(&c);
         mc_persistent(&c, 2, 0); /* two launches: the flags were put back */
         mc_assert_bitwise(&c, 0);
-        const int deep = c.type == GGML_TYPE_IQ3_XXS ? 5 : 16; /* more in flight, the same bits */
+        /* more in flight (a deeper ring, L2 prefetch one item ahead): the same bits */
+        const int deep = c.type == GGML_TYPE_IQ3_XXS ? 5 : 16;
         mc_persistent(&c, 1, deep);
         mc_assert_bitwise(&c, deep);
         mc_free(&c);
@@ -263,18 +265,18 @@ START_TEST(mvchain_rejects_bad_chains)
     memcpy(ops, c.ops, sizeof ops);
     ops[2].y = c.dy[1][0]; /* gate|up writes q|k|v, which o reads */
     ops[2].rows = MC_QKV;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 3, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 3, 0, 0, &ch, &err), STRATA_E_ARG);
     ck_assert(ch == NULL);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].x = c.dy[1][0] + 400; /* o reads past the end of q|k|v */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].type = GGML_TYPE_Q2_0; /* two types */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[0].type = ops[1].type = GGML_TYPE_Q4_0;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, &ch, &err), STRATA_E_UNSUPPORTED);
-    ck_assert_int_eq(cuda_mvchain_make(ops, 0, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 0, 0, 0, &ch, &err), STRATA_E_ARG);
     mc_free(&c);
 }
 END_TEST

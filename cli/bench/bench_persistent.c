@@ -16,6 +16,7 @@
  *   --reps N            timed runs (default 20)
  *   --depth D           (b)'s ring depth in tiles: 0 the decode kernel's (IQ3_XXS
  *                       4, Q2_0 12), or IQ3_XXS 5, Q2_0 16
+ *   --ahead N           (b) asks L2 for each warp's tiles N items ahead (0: no)
  *   --no-pdl            (a) without programmatic dependent launch */
 #include <math.h>
 #include <stdint.h>
@@ -28,7 +29,7 @@
 
 void bench_persistent_usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--depth D] [--no-pdl]\n\n"
+    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--depth D] [--ahead N] [--no-pdl]\n\n"
                "The 8B layer's weight matvecs at batch 1 (q|k|v, o, gate|up, down with the SwiGLU\n"
                "and the residual add), L layers of random weights: today's kernels in a CUDA graph\n"
                "against one persistent launch (doc/cuda-kernels.md, \"The persistent kernel\"),\n"
@@ -39,6 +40,8 @@ void bench_persistent_usage(FILE *f)
                "  --reps N       timed runs, 15..200 (default 20)\n"
                "  --depth D      the persistent kernel's ring of tiles per warp: 0 (default) the decode\n"
                "                 kernel's (iq3_xxs 4, q2_0 12), or iq3_xxs 5, q2_0 16\n"
+               "  --ahead N      the persistent kernel prefetches each warp's tiles of the item N\n"
+               "                 items ahead into L2, 0..8 (default 0: none)\n"
                "  --no-pdl       the separate kernels without programmatic dependent launch\n\n");
 }
 
@@ -134,8 +137,8 @@ static uint64_t bp_rand(uint64_t *s)
 }
 
 /* Random valid blocks whose fp16 scales make a weight's rms about
- * 1/sqrt(cols) (IQ3_XXS: |w| ~ 160 d on average; Q2_0: 1.2 d), so the
- * chain's values stay of order 1 over 64 layers without norms. */
+ * 1/sqrt(cols) (IQ3_XXS: |w| ~ 160 d on average; Q2_0, ternary: 0.71 d), so
+ * the chain's values stay finite over 64 layers without norms. */
 static uint8_t *bp_weights(int type, int64_t rows, int64_t cols, uint64_t seed, size_t *bytes)
 {
     const type_traits *t = type_traits_get(type);
@@ -148,7 +151,13 @@ static uint8_t *bp_weights(int type, int64_t rows, int64_t cols, uint64_t seed, 
         const uint64_t v = bp_rand(&s);
         memcpy(w + i, &v, 8);
     }
-    const double d0 = (type == GGML_TYPE_IQ3_XXS ? 1.0 / 160 : 1.0 / 1.2) / sqrt((double)cols);
+    if (type == GGML_TYPE_Q2_0) /* codes 0..2 only (-d, 0, +d: mean 0, as ggml's quantizer writes them) */
+        for (size_t i = 0; i < nb; i++)
+            if (i % t->bytes >= 2) /* the 2-byte d first, then 16 bytes of codes */
+                for (int k = 0; k < 8; k += 2)
+                    if (((w[i] >> k) & 3) == 3)
+                        w[i] = (uint8_t)(w[i] & ~(2u << k)); /* 3 -> 1 */
+    const double d0 = (type == GGML_TYPE_IQ3_XXS ? 1.0 / 160 : 1.0 / 0.71) / sqrt((double)cols);
     int offs[2];
     const int ns = type_fp16_scales(type, offs);
     for (size_t b = 0; b < nb / t->bytes; b++)
@@ -205,7 +214,7 @@ static long long bp_diff(const float *a, const float *b, size_t n, float *ha, fl
 
 int bench_persistent(int argc, char **argv)
 {
-    long layers = 32, reps = 20, depth = 0;
+    long layers = 32, reps = 20, depth = 0, ahead = 0;
     int type = GGML_TYPE_IQ3_XXS;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--persistent"))
@@ -231,6 +240,9 @@ int bench_persistent(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i - 1], "--depth")) {
             if (bench_int("persistent", "--depth", v, 0, 16, &depth))
+                return 2;
+        } else if (!strcmp(argv[i - 1], "--ahead")) {
+            if (bench_int("persistent", "--ahead", v, 0, 8, &ahead))
                 return 2;
         } else if (!strcmp(argv[i - 1], "--type")) {
             const type_traits *t = type_traits_by_name(v);
@@ -300,7 +312,7 @@ int bench_persistent(int argc, char **argv)
         ops[4 * l + 2] = (mv_chain_op){type, c.w[l][2], 2 * BP_FF, BP_DIM, o->a[l], NULL, NULL, o->gu[l]};
         ops[4 * l + 3] = (mv_chain_op){type, c.w[l][3], BP_DIM, BP_FF, o->gu[l], o->gu[l] + BP_FF, x, o->xn[l]};
     }
-    if (cuda_mvchain_make(ops, 4 * c.layers, (int)depth, &c.chain, &err)) {
+    if (cuda_mvchain_make(ops, 4 * c.layers, (int)depth, (int)ahead, &c.chain, &err)) {
         fprintf(stderr, "bench --persistent: %s\n", err.msg);
         goto fail;
     }
@@ -349,8 +361,8 @@ int bench_persistent(int argc, char **argv)
     const double us[2] = {sep_us, per_us};
     char label[2][96];
     snprintf(label[0], sizeof label[0], "separate kernels (graph, %d launches)", 5 * c.layers);
-    snprintf(label[1], sizeof label[1], "persistent (1 launch, %d CTAs, %lld items, depth %ld)", grid, items,
-             depth);
+    snprintf(label[1], sizeof label[1], "persistent (%d CTAs, %lld items, depth %ld, ahead %ld)", grid, items,
+             depth, ahead);
     for (int k = 0; k < 2; k++) {
         const double gbps = (double)wbytes / (us[k] * 1e3);
         printf("%-44s %10.1f %10.2f %8.0f %7.1f%%\n", label[k], us[k], us[k] / c.layers, gbps, 100 * gbps / bw);

@@ -64,6 +64,7 @@ struct ChArgs {
     int n_flags;
     float *part;
     MvLayout l;
+    int ahead; /* L2 prefetch of the warp's tiles of the item this many items ahead (0: none) */
 };
 
 struct ChItem {
@@ -122,6 +123,26 @@ template <int TYPE> __device__ __forceinline__ void ch_issue(ChCursor &c, const 
     cp_commit();
 }
 
+/* Lane 0 asks L2 for the warp's tiles of this CTA's item j (one
+ * contiguous range: a warp's tiles of an item are k-tiles t0..t1 of one
+ * 16-row tile) with one bulk prefetch, so DRAM keeps streaming while the
+ * CTA waits for an item's input or folds one, and the ring's copies then
+ * come from L2. */
+template <int TYPE> __device__ __forceinline__ void ch_prefetch(const ChArgs &a, int j, int warp, int lane)
+{
+    if (lane || j >= a.n_items)
+        return;
+    const ChItem it = ch_item(__ldg(a.items + j));
+    const ChOp *o = a.ops + it.op;
+    const int R = it.rb * MV_WARPS + warp, mt = __ldg(&o->p.mt), tps = __ldg(&o->p.tps), ntk = __ldg(&o->p.ntk);
+    const int t0 = it.seg * tps, t1 = min(ntk, t0 + tps);
+    if (R >= mt || t0 >= t1)
+        return;
+    constexpr int TB = geo(TYPE).tile;
+    const uint8_t *w = (const uint8_t *)__ldg((const unsigned long long *)&o->ws.w) + ((size_t)R * ntk + t0) * TB;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w), "r"((unsigned)((t1 - t0) * TB)) : "memory");
+}
+
 /* Wait until the rows an item reads are written: x's and xu's rows of its
  * segment [kb, kb + klen), res's rows of its row-block.  One thread per
  * flag (at most ~2 x 17 + 1), then the barrier. */
@@ -173,8 +194,12 @@ template <int TYPE, int D> __global__ void __launch_bounds__(MV_THREADS, 1) mvch
     int *xs = (int *)(smem + a.l.off_xs);
     const Act act{xq, dx, xs, nullptr, 0, MV_COLS}; /* one token: stride 0 */
 
+    for (int k = 1; k < a.ahead; ++k) /* the items before the first one the loop asks for */
+        ch_prefetch<TYPE>(a, blockIdx.x + k * gridDim.x, warp, lane);
     int slot = 0; /* the ring slot of the warp's next tile */
     for (int j = blockIdx.x; j < a.n_items; j += gridDim.x) {
+        if (a.ahead)
+            ch_prefetch<TYPE>(a, j + a.ahead * gridDim.x, warp, lane);
         const ChItem it = ch_item(__ldg(a.items + j));
         const ChOp o = a.ops[it.op];
         const int t0 = it.seg * o.p.tps, t1 = min(o.p.ntk, t0 + o.p.tps);
@@ -291,11 +316,13 @@ static const void *ch_kernel(int type, int depth)
     return NULL;
 }
 
-extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, cuda_mvchain **out, strata_error *err)
+extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, cuda_mvchain **out,
+                                 strata_error *err)
 {
     *out = NULL;
-    if (!ops || n_ops < 1 || n_ops > 65535)
-        return strata_err(err, STRATA_E_ARG, "cuda_mvchain: %d steps (1..65535)", n_ops);
+    if (!ops || n_ops < 1 || n_ops > 65535 || ahead < 0 || ahead > 8)
+        return strata_err(err, STRATA_E_ARG, "cuda_mvchain: %d steps (1..65535), prefetch %d items ahead (0..8)", n_ops,
+                          ahead);
     const int type = ops[0].type;
     if (type != GGML_TYPE_IQ3_XXS && type != GGML_TYPE_Q2_0)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_mvchain: %s (IQ3_XXS and Q2_0 only)", type_name(type));
@@ -420,6 +447,7 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, c
         c->a.done = (unsigned *)(d + o_done);
         c->a.n_flags = (int)flags;
         c->a.part = (float *)(d + o_part);
+        c->a.ahead = ahead;
     }
     if (!rc)
         rc = launch_capacity(ch_kernel(type, depth), MV_THREADS, (size_t)c->a.l.bytes, 1, &c->grid, err);
