@@ -126,7 +126,7 @@ static void mc_persistent(mc_chain *c, int launches, int depth)
 {
     strata_error err = {0};
     cuda_mvchain *ch = NULL;
-    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, depth, depth ? 1 : 0, &ch, &err) == 0, "%s", err.msg);
+    ck_assert_msg(cuda_mvchain_make(c->ops, 4 * MC_LAYERS, depth, depth ? 1 : 0, depth ? 8 : 0, &ch, &err) == 0, "%s", err.msg);
     for (int i = 0; i < launches; i++) {
         for (int k = 0; k < 4 * MC_LAYERS; k++)
             cw_poison(c->dy[1][k], (size_t)mc_rows(k));
@@ -168,7 +168,7 @@ START_TEST(mvchain_bitwise_separate)
         mc_separate(&c);
         mc_persistent(&c, 2, 0); /* two launches: the flags were put back */
         mc_assert_bitwise(&c, 0);
-        /* more in flight (a deeper ring, L2 prefetch one item ahead): the same bits */
+        /* more in flight (a deeper ring, L2 prefetch one item and 8 tiles ahead): the same bits */
         const int deep = c.type == GGML_TYPE_IQ3_XXS ? 5 : 16;
         mc_persistent(&c, 1, deep);
         mc_assert_bitwise(&c, deep);
@@ -265,18 +265,18 @@ START_TEST(mvchain_rejects_bad_chains)
     memcpy(ops, c.ops, sizeof ops);
     ops[2].y = c.dy[1][0]; /* gate|up writes q|k|v, which o reads */
     ops[2].rows = MC_QKV;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 3, 0, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 3, 0, 0, 0, &ch, &err), STRATA_E_ARG);
     ck_assert(ch == NULL);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].x = c.dy[1][0] + 400; /* o reads past the end of q|k|v */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[1].type = GGML_TYPE_Q2_0; /* two types */
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, 0, &ch, &err), STRATA_E_ARG);
     memcpy(ops, c.ops, sizeof ops);
     ops[0].type = ops[1].type = GGML_TYPE_Q4_0;
-    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, &ch, &err), STRATA_E_UNSUPPORTED);
-    ck_assert_int_eq(cuda_mvchain_make(ops, 0, 0, 0, &ch, &err), STRATA_E_ARG);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 2, 0, 0, 0, &ch, &err), STRATA_E_UNSUPPORTED);
+    ck_assert_int_eq(cuda_mvchain_make(ops, 0, 0, 0, 0, &ch, &err), STRATA_E_ARG);
     mc_free(&c);
 }
 END_TEST

@@ -17,6 +17,7 @@
  *   --depth D           (b)'s ring depth in tiles: 0 the decode kernel's (IQ3_XXS
  *                       4, Q2_0 12), or IQ3_XXS 5, Q2_0 16
  *   --ahead N           (b) asks L2 for each warp's tiles N items ahead (0: no)
+ *   --l2-tiles N        (b) asks L2 for each warp's tile N tiles past its ring (0: no)
  *   --no-pdl            (a) without programmatic dependent launch */
 #include <math.h>
 #include <stdint.h>
@@ -29,7 +30,7 @@
 
 void bench_persistent_usage(FILE *f)
 {
-    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--depth D] [--ahead N] [--no-pdl]\n\n"
+    fprintf(f, "usage: strata-cli bench --persistent [--layers L] [--type iq3_xxs|q2_0] [--reps N] [--depth D] [--ahead N]\n                                   [--l2-tiles N] [--no-pdl]\n\n"
                "The 8B layer's weight matvecs at batch 1 (q|k|v, o, gate|up, down with the SwiGLU\n"
                "and the residual add), L layers of random weights: today's kernels in a CUDA graph\n"
                "against one persistent launch (doc/cuda-kernels.md, \"The persistent kernel\"),\n"
@@ -42,6 +43,8 @@ void bench_persistent_usage(FILE *f)
                "                 kernel's (iq3_xxs 4, q2_0 12), or iq3_xxs 5, q2_0 16\n"
                "  --ahead N      the persistent kernel prefetches each warp's tiles of the item N\n"
                "                 items ahead into L2, 0..8 (default 0: none)\n"
+               "  --l2-tiles N   the persistent kernel prefetches into L2 each warp's tile N tiles past\n"
+               "                 the ones its ring copies, 0..64 (default 0: none)\n"
                "  --no-pdl       the separate kernels without programmatic dependent launch\n\n");
 }
 
@@ -214,7 +217,7 @@ static long long bp_diff(const float *a, const float *b, size_t n, float *ha, fl
 
 int bench_persistent(int argc, char **argv)
 {
-    long layers = 32, reps = 20, depth = 0, ahead = 0;
+    long layers = 32, reps = 20, depth = 0, ahead = 0, l2_tiles = 0;
     int type = GGML_TYPE_IQ3_XXS;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--persistent"))
@@ -243,6 +246,9 @@ int bench_persistent(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i - 1], "--ahead")) {
             if (bench_int("persistent", "--ahead", v, 0, 8, &ahead))
+                return 2;
+        } else if (!strcmp(argv[i - 1], "--l2-tiles")) {
+            if (bench_int("persistent", "--l2-tiles", v, 0, 64, &l2_tiles))
                 return 2;
         } else if (!strcmp(argv[i - 1], "--type")) {
             const type_traits *t = type_traits_by_name(v);
@@ -312,7 +318,7 @@ int bench_persistent(int argc, char **argv)
         ops[4 * l + 2] = (mv_chain_op){type, c.w[l][2], 2 * BP_FF, BP_DIM, o->a[l], NULL, NULL, o->gu[l]};
         ops[4 * l + 3] = (mv_chain_op){type, c.w[l][3], BP_DIM, BP_FF, o->gu[l], o->gu[l] + BP_FF, x, o->xn[l]};
     }
-    if (cuda_mvchain_make(ops, 4 * c.layers, (int)depth, (int)ahead, &c.chain, &err)) {
+    if (cuda_mvchain_make(ops, 4 * c.layers, (int)depth, (int)ahead, (int)l2_tiles, &c.chain, &err)) {
         fprintf(stderr, "bench --persistent: %s\n", err.msg);
         goto fail;
     }
@@ -361,8 +367,8 @@ int bench_persistent(int argc, char **argv)
     const double us[2] = {sep_us, per_us};
     char label[2][96];
     snprintf(label[0], sizeof label[0], "separate kernels (graph, %d launches)", 5 * c.layers);
-    snprintf(label[1], sizeof label[1], "persistent (%d CTAs, %lld items, depth %ld, ahead %ld)", grid, items,
-             depth, ahead);
+    snprintf(label[1], sizeof label[1], "persistent (%d CTAs, %lld items, D %ld, ahead %ld, l2 %ld)", grid, items,
+             depth, ahead, l2_tiles);
     for (int k = 0; k < 2; k++) {
         const double gbps = (double)wbytes / (us[k] * 1e3);
         printf("%-44s %10.1f %10.2f %8.0f %7.1f%%\n", label[k], us[k], us[k] / c.layers, gbps, 100 * gbps / bw);

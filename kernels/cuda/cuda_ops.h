@@ -421,10 +421,11 @@ extern int strata_pdl_off;
  * kernel's, IQ3_XXS 4, Q2_0 12; or IQ3_XXS 5, Q2_0 16: more bytes in
  * flight, the same bits).  ahead: 0, or each warp asks L2 for its tiles
  * of the CTA's item that many items ahead (1..8) when it starts an item.
- * Twin: cpu_mv_chain. */
+ * l2_tiles: 0, or each warp asks L2 for the tile that many tiles past its
+ * ring's copies (1..64) as it takes each tile.  Twin: cpu_mv_chain. */
 typedef struct cuda_mvchain cuda_mvchain;
-int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, cuda_mvchain **out,
-                      strata_error *err);
+int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, int l2_tiles,
+                      cuda_mvchain **out, strata_error *err);
 int cuda_mvchain_run(const cuda_mvchain *c, cudaStream_t stream, strata_error *err);
 /* CTAs of a run, work items, GGUF weight bytes the chain reads */
 void cuda_mvchain_info(const cuda_mvchain *c, int *grid, long long *items, long long *weight_bytes);

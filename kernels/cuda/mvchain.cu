@@ -64,7 +64,8 @@ struct ChArgs {
     int n_flags;
     float *part;
     MvLayout l;
-    int ahead; /* L2 prefetch of the warp's tiles of the item this many items ahead (0: none) */
+    int ahead;    /* L2 prefetch of the warp's tiles of the item this many items ahead (0: none) */
+    int l2_tiles; /* L2 prefetch of the warp's tile this many tiles past its ring's copies (0: none) */
 };
 
 struct ChItem {
@@ -109,17 +110,35 @@ __device__ __forceinline__ void ch_seek(ChCursor &c, const ChArgs &a, int warp)
     }
 }
 
+/* The cursor to its next tile (past the end: stays there). */
+__device__ __forceinline__ void ch_next(ChCursor &c, const ChArgs &a, int warp)
+{
+    if (c.j < a.n_items && ++c.t == c.t1) {
+        c.j += gridDim.x;
+        ch_seek(c, a, warp);
+    }
+}
+
+/* Lane 0 asks L2 for the cursor's tile (one bulk prefetch), then moves it
+ * on: the second look-ahead, l2_tiles past the ring's copies, crossing
+ * items and steps as the ring's cursor does. */
+template <int TYPE> __device__ __forceinline__ void ch_pf_tile(ChCursor &c, const ChArgs &a, int warp, int lane)
+{
+    constexpr int TB = geo(TYPE).tile;
+    if (lane == 0 && c.j < a.n_items)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c.ws.w + ((size_t)c.R * c.ws.ntk + c.t) * TB),
+                     "r"((unsigned)TB)
+                     : "memory");
+    ch_next(c, a, warp);
+}
+
 /* One commit group: the cursor's tile into slot (nothing past the last
  * item), so group i is always the warp's i-th tile. */
 template <int TYPE> __device__ __forceinline__ void ch_issue(ChCursor &c, const ChArgs &a, uint32_t slot, int warp, int lane)
 {
-    if (c.j < a.n_items) {
+    if (c.j < a.n_items)
         ring_issue<TYPE>(slot, c.ws, c.R, c.t, lane);
-        if (++c.t == c.t1) {
-            c.j += gridDim.x;
-            ch_seek(c, a, warp);
-        }
-    }
+    ch_next(c, a, warp);
     cp_commit();
 }
 
@@ -196,6 +215,9 @@ template <int TYPE, int D> __global__ void __launch_bounds__(MV_THREADS, 1) mvch
 
     for (int k = 1; k < a.ahead; ++k) /* the items before the first one the loop asks for */
         ch_prefetch<TYPE>(a, blockIdx.x + k * gridDim.x, warp, lane);
+    ChCursor pc = ic; /* the L2 look-ahead: l2_tiles tiles past the ring's */
+    for (int k = 0; k < a.l2_tiles; ++k)
+        ch_pf_tile<TYPE>(pc, a, warp, lane);
     int slot = 0; /* the ring slot of the warp's next tile */
     for (int j = blockIdx.x; j < a.n_items; j += gridDim.x) {
         if (a.ahead)
@@ -219,6 +241,8 @@ template <int TYPE, int D> __global__ void __launch_bounds__(MV_THREADS, 1) mvch
             for (int tt = t0; tt < t1; ++tt) {
                 /* the copy D - 1 tiles ahead: maybe the next item's, or the next step's */
                 ch_issue<TYPE>(ic, a, rs + (slot == 0 ? D - 1 : slot - 1) * SLOT, warp, lane);
+                if (a.l2_tiles)
+                    ch_pf_tile<TYPE>(pc, a, warp, lane);
                 cp_wait<D - 1>();
                 Raw<TYPE> cur;
                 ring_read<TYPE>(cur, ring + slot * SLOT, lane);
@@ -316,13 +340,14 @@ static const void *ch_kernel(int type, int depth)
     return NULL;
 }
 
-extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, cuda_mvchain **out,
-                                 strata_error *err)
+extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, int l2_tiles,
+                                 cuda_mvchain **out, strata_error *err)
 {
     *out = NULL;
-    if (!ops || n_ops < 1 || n_ops > 65535 || ahead < 0 || ahead > 8)
-        return strata_err(err, STRATA_E_ARG, "cuda_mvchain: %d steps (1..65535), prefetch %d items ahead (0..8)", n_ops,
-                          ahead);
+    if (!ops || n_ops < 1 || n_ops > 65535 || ahead < 0 || ahead > 8 || l2_tiles < 0 || l2_tiles > 64)
+        return strata_err(err, STRATA_E_ARG,
+                          "cuda_mvchain: %d steps (1..65535), prefetch %d items (0..8) or %d tiles (0..64) ahead", n_ops,
+                          ahead, l2_tiles);
     const int type = ops[0].type;
     if (type != GGML_TYPE_IQ3_XXS && type != GGML_TYPE_Q2_0)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_mvchain: %s (IQ3_XXS and Q2_0 only)", type_name(type));
@@ -448,6 +473,7 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, i
         c->a.n_flags = (int)flags;
         c->a.part = (float *)(d + o_part);
         c->a.ahead = ahead;
+        c->a.l2_tiles = l2_tiles;
     }
     if (!rc)
         rc = launch_capacity(ch_kernel(type, depth), MV_THREADS, (size_t)c->a.l.bytes, 1, &c->grid, err);
