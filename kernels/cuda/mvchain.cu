@@ -439,7 +439,7 @@ extern "C" int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, i
         int lo = 0;
         rc = mv_smem_lo(&lo, err);
         const int slot = type == GGML_TYPE_IQ3_XXS ? Ring<GGML_TYPE_IQ3_XXS>::SLOT : Ring<GGML_TYPE_Q2_0>::SLOT;
-        c->a.l = mv_layout(type, pm, lo, slot * depth);
+        c->a.l = mv_layout(type, pm, lo, slot * depth, 1); /* one token's activations */
     }
     size_t o_ops = 0, o_items = 0, o_flags = 0, o_tick = 0, o_done = 0, o_part = 0, total = 0;
     if (!rc) {
