@@ -14,7 +14,12 @@
  * known to be ready.  Items are dealt round-robin (item j to CTA j mod G):
  * with every CTA resident that is what a ticket per item would hand out
  * when the items cost the same, and a warp knows its future items without
- * asking anyone, which the look-ahead needs.
+ * asking anyone, which the look-ahead needs.  Two optional look-aheads
+ * into L2 go further (cuda_mvchain_make's ahead and l2_tiles): a warp's
+ * tiles of the item N items ahead, or a second cursor N tiles past the
+ * ring's; the shared memory holds one token's activations, so the rings
+ * may be deeper than the decode kernel's (depth).  On the H200 the chain
+ * took 6 % less time than the separate kernels (doc/BENCHMARKS.md).
  *
  * Dependencies.  Each row-block of a step's output has a flag, set (release)
  * once its rows are written; an item first waits (acquire) for the flags of
