@@ -24,6 +24,22 @@ void cpu_matvec(int type, const void *w, int64_t rows, int64_t cols,
 /* Y[n x rows] = X[n x cols] * W^T: n independent matvecs, same arithmetic. */
 void cpu_matmul(int type, const void *w, int64_t rows, int64_t cols,
                 const float *x, int64_t n, float *y);
+/* A chain of matvecs, one token (the persistent decode kernel's twin,
+ * kernels/cpu/mvchain.c; the card's is cuda_mvchain, doc/cuda-kernels.md,
+ * "The persistent kernel").  Step i: y = W * a (+ res), a = x, or
+ * swiglu(x, xu) element by element when xu is set; res NULL: no add.  The
+ * steps run in order, so a step may read what an earlier one wrote; y must
+ * not alias x, xu or res. */
+typedef struct mv_chain_op {
+    int type;
+    const void *w; /* ggml layout here; the card's layout for cuda_mvchain */
+    int64_t rows, cols;
+    const float *x, *xu, *res; /* cols, cols, rows floats */
+    float *y;                  /* rows floats */
+} mv_chain_op;
+/* The steps with cpu_matvec, cpu_swiglu and cpu_add; -1 if a step's input
+ * cannot be held (out of memory), else 0. */
+int cpu_mv_chain(const mv_chain_op *ops, int n_ops);
 /* The fast CPU path (threads, AVX2 when the CPU has it); same results as
  * cpu_matmul within the tolerance stated in test/test_matvec.c. */
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,

@@ -355,12 +355,39 @@ START_TEST(embed_is_the_decoded_row)
 }
 END_TEST
 
+/* cpu_mv_chain (the persistent CUDA chain's twin) is its steps spelled out:
+ * cpu_matvec of x, or of cpu_swiglu(x, xu), then cpu_add of res; a later
+ * step reading an earlier one's output. */
+START_TEST(mv_chain_is_its_steps)
+{
+    const int type = GGML_TYPE_IQ3_XXS;
+    const int64_t d = 512, f = 768;
+    uint8_t *w1 = random_weights(type, 2 * f, d, 600), *w2 = random_weights(type, d, f, 601);
+    float x[512], gu[2 * 768], y[512], a[768], ref_gu[2 * 768], ref_y[512];
+    test_fill_normal(x, (size_t)d, 1.0f, 602);
+    const mv_chain_op ops[2] = {
+        {type, w1, 2 * f, d, x, NULL, NULL, gu},
+        {type, w2, d, f, gu, gu + f, x, y},
+    };
+    ck_assert_int_eq(cpu_mv_chain(ops, 2), 0);
+    cpu_matvec(type, w1, 2 * f, d, x, ref_gu);
+    cpu_swiglu(ref_gu, ref_gu + f, f, a);
+    cpu_matvec(type, w2, d, f, a, ref_y);
+    cpu_add(ref_y, x, d);
+    ck_assert(!memcmp(gu, ref_gu, sizeof gu));
+    ck_assert(!memcmp(y, ref_y, sizeof y));
+    free(w1);
+    free(w2);
+}
+END_TEST
+
 static Suite *matvec_suite(void)
 {
     Suite *s = suite_create("matvec");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, reference_matches_float64_dot);
+    tcase_add_test(tc, mv_chain_is_its_steps);
     tcase_add_test(tc, fast_matches_reference);
     tcase_add_test(tc, avx2_kernels_match_scalar_twins);
     tcase_add_test(tc, fast_is_invariant);

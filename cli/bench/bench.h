@@ -26,6 +26,7 @@ void bench_conversations_usage(FILE *f);
 void bench_model_usage(FILE *f);
 void bench_workload_usage(FILE *f);
 void bench_profile_usage(FILE *f);
+void bench_persistent_usage(FILE *f);
 
 /* The shared options each mode reads (cli/options.h); -c is listed by the
  * modes themselves, since each sizes the context its own way. */
@@ -65,6 +66,9 @@ int bench_conversations(int argc, char **argv);
 int bench_workload(int argc, char **argv);
 /* --profile: the CPU forward pass op by op (bench_profile.c) */
 int bench_profile(int argc, char **argv);
+/* --persistent: the decode matvec chain as one persistent launch against
+ * separate kernels (bench_persistent.c) */
+int bench_persistent(int argc, char **argv);
 /* the default mode, -m MODEL: prompt and decode rates (cmd_bench.c) */
 int bench_model(int argc, char **argv);
 

@@ -23,6 +23,8 @@
 #pragma weak bench_clients_usage
 #pragma weak bench_conversations_usage
 #pragma weak bench_workload_usage
+#pragma weak bench_persistent
+#pragma weak bench_persistent_usage
 
 #ifdef STRATA_CUDA
 static const int built_with_cuda = 1;
@@ -55,6 +57,8 @@ static const bench_mode bench_modes[] = {
      "parked conversations returning (cache)", 0},
     {"--workload", bench_workload, bench_workload_usage,
      "served conversations: parking's costs inside them", 0},
+    {"--persistent", bench_persistent, bench_persistent_usage,
+     "the decode step's matvecs as one persistent CUDA launch against separate kernels", 1},
     {"--profile", bench_profile, bench_profile_usage,
      "the CPU forward pass op by op: each op's share of a prompt token and a decode step", 0},
 };

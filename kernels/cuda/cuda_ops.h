@@ -411,6 +411,30 @@ int cuda_moe_combine_add_rmsnorm(const float *y, const float *d_w, const int32_t
 /* 1: kernels launch without programmatic dependent launch (pdl.cuh; the
  * engine sets it from STRATA_NO_PDL=1 at start). */
 extern int strata_pdl_off;
+/* The persistent decode experiment (kernels/cuda/mvchain.cu;
+ * doc/cuda-kernels.md, "The persistent kernel"): the steps of a one-token
+ * matvec chain (mv_chain_op, kernels/ops.h: w in the card's layout, every
+ * pointer on the card, one type for all steps, IQ3_XXS or Q2_0) as ONE
+ * launch, each CTA pulling (step, row-block, segment) items in order and
+ * waiting only for the rows its item reads.  Every step's y is bitwise what
+ * cuda_matvec writes (cuda_matvec_swiglu with xu; then cuda_add(y, res)
+ * with res).  No step may write what an earlier one reads or writes; a step
+ * reading an earlier step's output must read within it.  make: the work
+ * list, flags and partial sums on the card (allocates; synchronises); run:
+ * one launch, graph-capturable, any number of times, one run at a time per
+ * chain.  depth: each warp's ring of tile copies, in tiles (0: the decode
+ * kernel's, IQ3_XXS 4, Q2_0 12; or IQ3_XXS 5, Q2_0 16: more bytes in
+ * flight, the same bits).  ahead: 0, or each warp asks L2 for its tiles
+ * of the CTA's item that many items ahead (1..8) when it starts an item.
+ * l2_tiles: 0, or each warp asks L2 for the tile that many tiles past its
+ * ring's copies (1..64) as it takes each tile.  Twin: cpu_mv_chain. */
+typedef struct cuda_mvchain cuda_mvchain;
+int cuda_mvchain_make(const mv_chain_op *ops, int n_ops, int depth, int ahead, int l2_tiles,
+                      cuda_mvchain **out, strata_error *err);
+int cuda_mvchain_run(const cuda_mvchain *c, cudaStream_t stream, strata_error *err);
+/* CTAs of a run, work items, GGUF weight bytes the chain reads */
+void cuda_mvchain_info(const cuda_mvchain *c, int *grid, long long *items, long long *weight_bytes);
+void cuda_mvchain_free(cuda_mvchain *c);
 /* A test aid: one thread spinning for `cycles` SM clocks on the stream, to
  * make that stream lag (kernels/cuda/elementwise.cu). */
 int cuda_spin(long long cycles, cudaStream_t stream, strata_error *err);

@@ -75,7 +75,7 @@ struct MvArgs {
 __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb, const float (&acc)[4], int warp,
                                               int lane)
 {
-    mv_fold(a.tick, a.part, ay, (size_t)blockIdx.z * a.nrb + rb, rb, a.n, a.ws.rows, a.p.nseg, acc, warp, lane);
+    mv_fold(a.tick, a.part, ay, (size_t)blockIdx.z * a.nrb + rb, rb, a.n, a.ws.rows, a.p.nseg, blockIdx.y, acc, warp, lane);
 }
 
 /* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns) */
@@ -344,7 +344,7 @@ static int mv_launch_type(int type, const MvArgs &a, int total, cudaStream_t str
  * window (it has no static shared memory): after the block's reserved
  * bytes (1 KiB on sm_80..sm_90).  MvLayout aligns the IQ3_XXS tables by it;
  * the kernel checks.  Per device, looked up once. */
-static int mv_smem_lo(int *out, strata_error *err)
+int mv_smem_lo(int *out, strata_error *err)
 {
     static int lo[64];
     static bool have[64];

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
             }
         } else {
             /* matvec.cu's fold: segments added in order by the last block */
-            mv_fold(a.tick, a.part, a.y, (size_t)rb, rb, n, rows, a.p.nseg, acc[0], warp, lane);
+            mv_fold(a.tick, a.part, a.y, (size_t)rb, rb, n, rows, a.p.nseg, blockIdx.y, acc[0], warp, lane);
         }
     }
 }

@@ -15,9 +15,14 @@
  * did this before), and puts the ticket back to 0 for the next launch (as
  * the split attention folds its chunks).
  * No block waits for another, so the blocks need not be co-resident: the
- * plan may use every SM, or more blocks than SMs. */
-__device__ __forceinline__ void mv_fold(unsigned *tick, float *part, float *ay, size_t cell, int rb, int n, int rows,
-                                        int nseg, const float (&acc)[4], int warp, int lane)
+ * plan may use every SM, or more blocks than SMs.  seg: this block's
+ * segment (blockIdx.y in the matvec kernels; the work item's in the
+ * persistent chain, mvchain.cu).  res set: the last block writes res[row] +
+ * v, the bits of cuda_add after the fold (the chain's residual add).
+ * Returns true in the block that wrote the row-block. */
+__device__ __forceinline__ bool mv_fold(unsigned *tick, float *part, float *ay, size_t cell, int rb, int n, int rows,
+                                        int nseg, int seg, const float (&acc)[4], int warp, int lane,
+                                        const float *res = nullptr)
 {
     using namespace wt;
     const int g = lane >> 2, t = lane & 3;
@@ -27,7 +32,7 @@ __device__ __forceinline__ void mv_fold(unsigned *tick, float *part, float *ay, 
     for (int i = 0; i < 4; ++i) {
         const int col = 2 * t + (i & 1);
         if (col < n)
-            pb[blockIdx.y * span + (size_t)col * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[i];
+            pb[seg * span + (size_t)col * BLOCK_ROWS + warp * 16 + g + 8 * (i >> 1)] = acc[i];
     }
     /* as a grid barrier does it: the block's stores reach thread 0 through
      * the barrier, its fence (cumulative) puts them before the ticket, and
@@ -41,7 +46,7 @@ __device__ __forceinline__ void mv_fold(unsigned *tick, float *part, float *ay, 
             __threadfence();
     }
     if (!__syncthreads_or(last))
-        return;
+        return false;
     for (int i = threadIdx.x; i < (int)span; i += MV_THREADS) {
         const int c = i / BLOCK_ROWS, rl = i - c * BLOCK_ROWS, row = rb * BLOCK_ROWS + rl;
         if (row < rows) {
@@ -56,13 +61,19 @@ __device__ __forceinline__ void mv_fold(unsigned *tick, float *part, float *ay, 
             for (int sg = 0; sg < MAX_SEGS; ++sg)
                 if (sg < nseg)
                     v += p[sg];
-            ay[(size_t)c * rows + row] = v;
+            ay[(size_t)c * rows + row] = res ? __fadd_rn(v, __ldcg(res + (size_t)c * rows + row)) : v;
         }
     }
     if (threadIdx.x == 0)
         tick[cell] = 0u; /* every block of this row-block has taken it */
+    return true;
 }
 
 /* The stream's fold scratch (matvec.cu): its tickets, its partial sums and
  * how many floats those hold; allocated on first use outside a capture. */
 int mv_fold_scratch(cudaStream_t stream, unsigned **tick, float **part, size_t *floats, strata_error *err);
+
+/* Where a decode kernel's dynamic shared memory starts in the shared window
+ * (the block's reserved bytes), which MvLayout aligns the IQ3_XXS tables
+ * by; per device, looked up once (matvec.cu). */
+int mv_smem_lo(int *out, strata_error *err);

@@ -1053,7 +1053,11 @@ inline int ring_bytes_per_warp(int type)
     default: return is_blk(type) ? geo(type).tile * blk_depth(type) : 0;
     }
 }
-inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
+/* ring_warp: each warp's ring bytes, 0 for the decode kernel's
+ * (ring_bytes_per_warp); tokens: the activation rows held (the one-token
+ * persistent chain holds 1, which leaves room for deeper rings; the block
+ * scales keep their MV_COLS stride). */
+inline MvLayout mv_layout(int type, const Plan &p, int smem_lo, int ring_warp = 0, int tokens = MV_COLS)
 {
     const Geo gm = geo(type);
     const int seg_k = p.tps * gm.kt;
@@ -1068,24 +1072,24 @@ inline MvLayout mv_layout(int type, const Plan &p, int smem_lo)
         /* stride = 32 (mod 128) bytes: a warp's 8-byte B loads (tokens g,
          * offsets 8t) hit 32 distinct banks */
         l.xstride = (seg_k + 127) / 128 * 128 + 32;
-        act = MV_COLS * l.xstride + 2 * MV_COLS * (seg_k / gm.xb) * 4;
+        act = tokens * l.xstride + 2 * MV_COLS * (seg_k / gm.xb) * 4;
     } else {
         /* 64 (mod 128) bytes: conflict-free 16-byte loads */
         l.xstride = (seg_k + 63) / 64 * 64 + 32;
-        act = MV_COLS * l.xstride * 2;
+        act = tokens * l.xstride * 2;
     }
     if (hole && off < l.off_tab + hole && off + act > l.off_tab)
         off = l.off_tab + hole; /* the activations do not fit before the tables */
     l.off_xq = off;
     if (gm.i8) {
         const int nb = seg_k / gm.xb;
-        l.off_dx = off + MV_COLS * l.xstride;
+        l.off_dx = off + tokens * l.xstride;
         l.off_xs = l.off_dx + MV_COLS * nb * 4;
     } else {
-        l.off_dx = l.off_xs = off + MV_COLS * l.xstride * 2;
+        l.off_dx = l.off_xs = off + tokens * l.xstride * 2;
     }
     off = (off + act + 15) / 16 * 16;
-    l.ring_warp = ring_bytes_per_warp(type);
+    l.ring_warp = ring_warp ? ring_warp : ring_bytes_per_warp(type);
     l.off_ring = off;
     l.ring_split = MV_WARPS;
     if (hole && off < l.off_tab + hole) { /* rings of warps [0, split) before the tables */
