@@ -109,6 +109,9 @@ __device__ __forceinline__ uint32_t movtrans(uint32_t x)
 #define H2_1032 0x64086408u /* 1032 = 1024 + 8: low nibble bias */
 #define H2_1_16 0x2c002c00u /* 1/16 */
 #define H2_M72 0xd480d480u  /* -72 = -(1024/16 + 8): high nibble bias */
+#define H2_1024 0x64006400u /* 1024 */
+#define H2_M1024 0xe400e400u /* -1024 */
+#define H2_128 0x58005800u  /* 128 */
 
 /* ---- the arguments, shared by both kernels ------------------------------- */
 
@@ -320,6 +323,9 @@ template <int KT, int HD> __device__ __forceinline__ int att_dim(int i, int g, i
 template <int HD, int NT> struct att_warp_state {
     float m[NT][2], l[NT][2];
     float o[HD / 16][NT][4];
+    /* k8v4nl: sum over the tokens of 128 d P, the bias every m-tile of o
+     * holds (att_pv_nl); taken off at the chunk's end.  Unused otherwise. */
+    float cv[NT][4];
 };
 
 /* S^T = K Q^T for one 16-token step: S[nt][e], rows (tokens) g, g, g+8,
@@ -373,6 +379,110 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
     }
 }
 
+/* att_pv for k8v4nl.  The codes' level bytes (level + 128) become fp16
+ * mantissas as K's do, y = 1024 + 128 + level, and one HFMA2 takes 1024 d
+ * off and applies the token's scale d: y d - 1024 d = (128 + level) d, exact
+ * before its one rounding (-1024 d is exact in fp16 for |d| < 64).  So
+ * every element of A carries 128 d too much; those are the same for all
+ * m-tiles of a lane (its rows g and g+8 lie in one V block, of scale d, in
+ * every m-tile: att_dim), so one more MMA per step, of A = 128 d, sums
+ * them (ws.cv), and the chunk's end takes them off (att_pv_fix).  Against
+ * HSUB2 then HMUL2 (level d rounded once) an element's rounding error grows
+ * from 2^-12 |level d| to 2^-12 |(128 + level) d|, at most 2^-12 x 241/127
+ * of its block's largest element, 4.7e-4 of it.  A step with a scale of
+ * |d| >= 64 (V elements of ~8000) somewhere in the warp takes the HSUB2 and
+ * HMUL2 path instead and adds nothing to cv.
+ *
+ * The lookup (att_nl_word) runs on the two tokens' bytes already paired
+ * (a0 b0 a1 b1 | a2 b2 a3 b3): the level bytes of a pair come out in the
+ * order the fp16 pairs want, so a prmt per A register puts them into the
+ * mantissas (two prmts per token pair and word, where pairing the looked-up
+ * levels took two per m-tile). */
+template <bool FUSED, int HD, int NT>
+__device__ __forceinline__ void att_pv_nl_tiles(att_warp_state<HD, NT> &ws,
+                                                const att_step<KV_K8V4NL, HD> &st,
+                                                const uint32_t (&pb)[NT][2], uint32_t dvab,
+                                                uint32_t dvcd)
+{
+    const uint32_t nab = h2mul(dvab, H2_M1024), ncd = h2mul(dvcd, H2_M1024);
+#pragma unroll
+    for (int w = 0; w < HD / 64; w++) {
+        uint32_t lab[2][2], lcd[2][2]; /* level bytes: [half of the word][..] */
+        att_nl_word(prmt(st.v[0][w], st.v[1][w], 0x5140u), lab[0]);
+        att_nl_word(prmt(st.v[0][w], st.v[1][w], 0x7362u), lab[1]);
+        att_nl_word(prmt(st.v[2][w], st.v[3][w], 0x5140u), lcd[0]);
+        att_nl_word(prmt(st.v[2][w], st.v[3][w], 0x7362u), lcd[1]);
+#pragma unroll
+        for (int bs = 0; bs < 4; bs++) {
+            /* byte bs of the word: codes 2bs (row g, low nibble) and 2bs+1
+             * (row g+8): [a lo, a hi, b lo, b hi] in word lab[bs/2][bs%2] */
+            const uint32_t ab = lab[bs >> 1][bs & 1], cd = lcd[bs >> 1][bs & 1];
+            uint32_t A[4];
+            A[0] = prmt(ab, 0x64646464u, 0x4240u);
+            A[1] = prmt(ab, 0x64646464u, 0x4341u);
+            A[2] = prmt(cd, 0x64646464u, 0x4240u);
+            A[3] = prmt(cd, 0x64646464u, 0x4341u);
+            if constexpr (FUSED) {
+                A[0] = h2fma(A[0], dvab, nab);
+                A[1] = h2fma(A[1], dvab, nab);
+                A[2] = h2fma(A[2], dvcd, ncd);
+                A[3] = h2fma(A[3], dvcd, ncd);
+            } else {
+                A[0] = h2mul(h2sub(A[0], H2_1152), dvab);
+                A[1] = h2mul(h2sub(A[1], H2_1152), dvab);
+                A[2] = h2mul(h2sub(A[2], H2_1152), dvcd);
+                A[3] = h2mul(h2sub(A[3], H2_1152), dvcd);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mma16816(ws.o[4 * w + bs][nt], A, pb[nt][0], pb[nt][1]);
+        }
+    }
+    if constexpr (FUSED) {
+        const uint32_t cab = h2mul(dvab, H2_128), ccd = h2mul(dvcd, H2_128);
+        const uint32_t A[4] = {cab, cab, ccd, ccd};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            mma16816(ws.cv[nt], A, pb[nt][0], pb[nt][1]);
+    }
+}
+
+template <int HD, int NT>
+__device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
+                                          const att_step<KV_K8V4NL, HD> &st,
+                                          const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
+                                          int c)
+{
+    uint32_t dv[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int32_t t = T + 2 * c + (q & 1) + 8 * (q >> 1);
+        dv[q] = t < t_end ? st.dv[q] : 0u;
+    }
+    const uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
+    /* |d| >= 64 anywhere (the OR of the magnitudes is at least their max:
+     * a false alarm only takes the slower path) */
+    const bool big = ((dv[0] | dv[1] | dv[2] | dv[3]) & 0x7fffu) >= 0x5400u;
+    if (!__any_sync(0xffffffffu, big))
+        att_pv_nl_tiles<true, HD, NT>(ws, st, pb, dvab, dvcd);
+    else
+        att_pv_nl_tiles<false, HD, NT>(ws, st, pb, dvab, dvcd);
+}
+
+/* k8v4nl: o minus the bias att_pv_nl summed in cv, once per chunk. */
+template <int KT, int HD, int NT> __device__ __forceinline__ void att_pv_fix(att_warp_state<HD, NT> &ws)
+{
+    if constexpr (KT == KV_K8V4NL) {
+#pragma unroll
+        for (int i = 0; i < HD / 16; i++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ws.o[i][nt][e] = __fsub_rn(ws.o[i][nt][e], ws.cv[nt][e]);
+    }
+}
+
 /* O^T += V^T P^T for one 16-token step.  Tokens at or past t_end (stale
  * bytes past the context, or the next chunk's) get a zero scale (f16: a
  * zero value), so a stale Inf/NaN cannot reach the MMA (0 * Inf = NaN);
@@ -382,7 +492,9 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
                                        const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
                                        int c)
 {
-    if constexpr (KT != KV_F16) { /* k8v4, k8v4nl */
+    if constexpr (KT == KV_K8V4NL) {
+        att_pv_nl<HD, NT>(ws, st, pb, T, t_end, c);
+    } else if constexpr (KT != KV_F16) { /* k8v4 */
         uint32_t dv[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -390,36 +502,10 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
             dv[q] = t < t_end ? st.dv[q] : 0u;
         }
         uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
-        uint32_t nl[4][2]; /* k8v4nl: level bytes of the current word, per token */
-        (void)nl;
 #pragma unroll
         for (int i = 0; i < HD / 16; i++) {
             const int w = i / 4, bs = i % 4;
             uint32_t A[4];
-            if constexpr (KT == KV_K8V4NL) {
-                /* the four tokens' level bytes of word w, looked up once per
-                 * word (at bs 0); byte bs of the word is codes 2bs (row g)
-                 * and 2bs+1 (row g+8): bytes p, p+1 of half bs/2 */
-                if (bs == 0) {
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        att_nl_word(st.v[q][w], nl[q]);
-                }
-                const int hf = bs >> 1, p = 2 * (bs & 1);
-                const uint32_t psel = p | ((p + 4) << 4) | ((p + 1) << 8) | ((p + 5) << 12);
-                /* [a row g, b row g, a row g+8, b row g+8], then each pair
-                 * into fp16 mantissas: 1024 + 128 + level, minus 1152 */
-                uint32_t pab = prmt(nl[0][hf], nl[1][hf], psel);
-                uint32_t pcd = prmt(nl[2][hf], nl[3][hf], psel);
-                A[0] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4140u), H2_1152), dvab);
-                A[1] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4342u), H2_1152), dvab);
-                A[2] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4140u), H2_1152), dvcd);
-                A[3] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4342u), H2_1152), dvcd);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    mma16816(ws.o[i][nt], A, pb[nt][0], pb[nt][1]);
-                continue;
-            }
             const uint32_t sel = bs | (bs << 4) | ((bs + 4) << 8) | ((bs + 4) << 12);
             uint32_t dab = prmt(st.v[0][w], st.v[1][w], sel);
             uint32_t dcd = prmt(st.v[2][w], st.v[3][w], sel);
@@ -533,6 +619,15 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                 ws.o[i][nt][2] = __fmul_rn(ws.o[i][nt][2], al[nt][0]);
                 ws.o[i][nt][3] = __fmul_rn(ws.o[i][nt][3], al[nt][1]);
             }
+        if constexpr (KT == KV_K8V4NL) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                ws.cv[nt][0] = __fmul_rn(ws.cv[nt][0], al[nt][0]);
+                ws.cv[nt][1] = __fmul_rn(ws.cv[nt][1], al[nt][1]);
+                ws.cv[nt][2] = __fmul_rn(ws.cv[nt][2], al[nt][0]);
+                ws.cv[nt][3] = __fmul_rn(ws.cv[nt][3], al[nt][1]);
+            }
+        }
     }
     att_pv<KT, HD, NT>(ws, s0, pb0, T, t_end, c);
     att_pv<KT, HD, NT>(ws, s1, pb1, T + 16, t_end, c);
@@ -678,6 +773,7 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
 #pragma unroll
         for (int i = 0; i < HD / 16; i++)
             ws.o[i][nt][0] = ws.o[i][nt][1] = ws.o[i][nt][2] = ws.o[i][nt][3] = 0.0f;
+        ws.cv[nt][0] = ws.cv[nt][1] = ws.cv[nt][2] = ws.cv[nt][3] = 0.0f;
     }
 
     /* Pair i (tokens T0 + i*stride .. +31) goes through slots 2*(i % S) and
@@ -710,6 +806,7 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
                                      a.window, g, c);
     }
     cp_async_wait<0>();
+    att_pv_fix<KT, HD, NT>(ws);
 
     /* Warp states -> the block's chunk partial, warps in index order. */
     if (g == 0) {
