@@ -390,8 +390,12 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
  * HSUB2 then HMUL2 (level d rounded once) an element's rounding error grows
  * from 2^-12 |level d| to 2^-12 |(128 + level) d|, at most 2^-12 x 241/127
  * of its block's largest element, 4.7e-4 of it.  A step with a scale of
- * |d| >= 64 (V elements of ~8000) somewhere in the warp takes the HSUB2 and
- * HMUL2 path instead and adds nothing to cv.
+ * |d| >= 64 (V elements of ~8000) somewhere in the warp, where -1024 d
+ * would overflow, takes (y - 1024) d instead, HSUB2 (exact) then HMUL2:
+ * the same value under the same one rounding, so which tokens share a step
+ * changes no bit (they differ with the chunking, and a column's result
+ * must not depend on tokens it does not see).  |d| < 272 (V elements up to
+ * ~34000) keeps (128 + level) d finite.
  *
  * The lookup (att_nl_word) runs on the two tokens' bytes already paired
  * (a0 b0 a1 b1 | a2 b2 a3 b3): the level bytes of a pair come out in the
@@ -427,24 +431,22 @@ __device__ __forceinline__ void att_pv_nl_tiles(att_warp_state<HD, NT> &ws,
                 A[1] = h2fma(A[1], dvab, nab);
                 A[2] = h2fma(A[2], dvcd, ncd);
                 A[3] = h2fma(A[3], dvcd, ncd);
-            } else {
-                A[0] = h2mul(h2sub(A[0], H2_1152), dvab);
-                A[1] = h2mul(h2sub(A[1], H2_1152), dvab);
-                A[2] = h2mul(h2sub(A[2], H2_1152), dvcd);
-                A[3] = h2mul(h2sub(A[3], H2_1152), dvcd);
+            } else { /* y - 1024 = 128 + level exactly: the same one rounding */
+                A[0] = h2mul(h2sub(A[0], H2_1024), dvab);
+                A[1] = h2mul(h2sub(A[1], H2_1024), dvab);
+                A[2] = h2mul(h2sub(A[2], H2_1024), dvcd);
+                A[3] = h2mul(h2sub(A[3], H2_1024), dvcd);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 mma16816(ws.o[4 * w + bs][nt], A, pb[nt][0], pb[nt][1]);
         }
     }
-    if constexpr (FUSED) {
-        const uint32_t cab = h2mul(dvab, H2_128), ccd = h2mul(dvcd, H2_128);
-        const uint32_t A[4] = {cab, cab, ccd, ccd};
+    const uint32_t cab = h2mul(dvab, H2_128), ccd = h2mul(dvcd, H2_128);
+    const uint32_t A[4] = {cab, cab, ccd, ccd};
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-            mma16816(ws.cv[nt], A, pb[nt][0], pb[nt][1]);
-    }
+    for (int nt = 0; nt < NT; nt++)
+        mma16816(ws.cv[nt], A, pb[nt][0], pb[nt][1]);
 }
 
 template <int HD, int NT>
