@@ -349,7 +349,7 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
  * a warp of its own.  k and v are only read: the rotated rows are not
  * needed after the store (they live on in the pool).  K is stored less the
  * shift, as cuda_kv_store. */
-template <int N, bool NL>
+template <int N, bool NL, bool CARVE>
 __global__ void __launch_bounds__(32)
 kv_rotate_store_kernel(kv_view kv, int page_stride, int n_tok, const int32_t *pos, float *q,
                        int n_q_heads, int64_t q_stride, const float *k, int64_t k_stride,
@@ -451,6 +451,30 @@ template <typename K> static cudaError_t kv_carve_max_shared(K kernel, bool *don
     return e;
 }
 
+template <int N, bool NL, bool CARVE>
+static cudaError_t kv_rotate_store_go(const kv_view *kv, int page_stride, int n_tok, int n_rows,
+                                      const int32_t *d_pos, float *q, int n_q_heads,
+                                      int64_t q_stride, const float *k, int64_t k_stride,
+                                      const float *v, int64_t v_stride, cudaStream_t stream)
+{
+    static bool carved = false;
+    if (CARVE) {
+        cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N, NL, CARVE>, &carved);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return pdl_launch(kv_rotate_store_kernel<N, NL, CARVE>,
+                      dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
+                      dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
+                      k, k_stride, v, v_stride, kv_rot_scale(32 * N), rot_signs_make());
+}
+
+/* The carveout hint for one-row launches only (batch-1 decode, where it was
+ * measured to help: 96 blocks); a launch of several rows (768 blocks at
+ * batch 8) would set every SM in shared memory's favour for the matvecs
+ * that follow, which batch 8 measured worse with the hint (one run each,
+ * ade3bf8).  CARVE is a template argument so that the two are two
+ * kernels: the hint is an attribute of the kernel, not of the launch. */
 template <int N, bool NL>
 static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, int n_tok,
                                           int n_rows, const int32_t *d_pos, float *q,
@@ -458,14 +482,9 @@ static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, in
                                           int64_t k_stride, const float *v, int64_t v_stride,
                                           cudaStream_t stream)
 {
-    static bool carved = false;
-    cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N, NL>, &carved);
-    if (e != cudaSuccess)
-        return e;
-    return pdl_launch(kv_rotate_store_kernel<N, NL>,
-                      dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
-                      dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
-                      k, k_stride, v, v_stride, kv_rot_scale(32 * N), rot_signs_make());
+    return (n_rows == 1 ? kv_rotate_store_go<N, NL, true> : kv_rotate_store_go<N, NL, false>)(
+        kv, page_stride, n_tok, n_rows, d_pos, q, n_q_heads, q_stride, k, k_stride, v, v_stride,
+        stream);
 }
 
 typedef cudaError_t (*kv_rotate_store_fn)(const kv_view *, int, int, int, const int32_t *,
