@@ -64,6 +64,9 @@ static int fused(const srun *r) { return !((const cuda_engine *)r->e->cuda)->no_
 /* cuda_matvec's most rows (tokens) per launch: up to it the weight products
  * run the decode kernel, which can take the SwiGLU in front of down. */
 #define MATVEC_MAX_ROWS 8
+/* Rows up to which the rotated caches rotate q|k|v inside the store's launch
+ * (a decode step's; a prompt's chunk rotates in a launch of its own). */
+#define ROT_FUSED_MAX_ROWS 32
 _Static_assert(MATVEC_MAX_ROWS <= CUDA_MOE_ROUTER_TICKETS, "the fused router takes a ticket per row");
 
 /* y[n x rows] = x[n x cols] W^T on the stage's stream. */
@@ -175,8 +178,13 @@ static void attention_block(srun *r, int il)
      * positions 0..p, which is the causal mask within a chunk.  k8v4r: q, k
      * and v rotated head by head before K and V are quantized (the
      * attention's output is rotated back below), as cpu_kv_rotate, in the
-     * store's launch (STRATA_ROT_SPLIT=store: a launch before it). */
-    const int split_store = rot && (ce->rot_split & ROT_SPLIT_STORE);
+     * store's launch (STRATA_ROT_SPLIT=store: a launch before it).  A
+     * prompt's chunk takes the launch before it anyway: the fused store's
+     * one-warp blocks, one per q head and per 32-block of k and v, each
+     * rotating its whole head vector, took 60 us for a 512-token chunk on
+     * the H200 where the store alone takes 16 (doc/cuda-attention.md); the
+     * same bits either way. */
+    const int split_store = rot && ((ce->rot_split & ROT_SPLIT_STORE) || n > ROT_FUSED_MAX_ROWS);
     const int split_unrot = rot && (ce->rot_split & ROT_SPLIT_UNROT);
     if (split_store)
         keep(r, cuda_kv_rotate(q, hp->n_head, qs, k, v, hp->n_head_kv, ks, vs, n, hp->head_dim,

@@ -2,7 +2,7 @@
  * kernels/cuda/attention.cu (see its header comment for the design): the
  * fp16 bit tricks and mma wrappers, the arguments both kernels take, the
  * per-step K/V fragments for k8v4 and f16 (att_step), the QK and PV products
- * of a warp, the shared-memory layouts, the online-softmax folds and the
+ * of a warp (k8v4nl's V decode in attention_nl.cuh), the shared-memory layouts, the online-softmax folds and the
  * chunk loop (att_run_chunk), and the ticket that picks the last block.
  * Device code only; included once, by attention.cu, after ATT_WARPS. */
 #ifndef STRATA_ATTENTION_MMA_CUH
@@ -64,28 +64,6 @@ __device__ __forceinline__ int att_nl_level(int c)
     return lv[c];
 }
 
-/* Eight 4-bit codes packed as a V word (byte j: codes 2j, 2j+1 in its low
- * and high nibble) to their IQ4_NL levels plus 128, as bytes: lv[0] holds
- * codes 0-3, lv[1] codes 4-7, in code order.  The codes are prmt selectors
- * as they lie: a prmt looks up one of 8 bytes per selector nibble, once in
- * the table of levels 0-7 and once in 8-15 (bit 3 masked off: prmt would
- * read it as "replicate the sign"), and a LOP3 takes, per byte, the second
- * lookup where the code's bit 3 is set.  That byte mask is itself a prmt in
- * sign-replicating mode: bit 3 of an odd code is the msb of its byte of x,
- * of an even code the msb of that byte of x << 4.  11 instructions for 8
- * levels, where picking the selectors out of the nibbles one byte at a
- * time took about 24.  The bias of 128 makes the byte the mantissa of
- * 1024 + 128 + level (the int8 trick K uses, without its xor). */
-__device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
-{
-    const uint32_t T0 = 0x3f2d1801u, T1 = 0x766a5d4fu; /* -127 -104 -83 -65 | -49 -35 -22 -10 */
-    const uint32_t T2 = 0xa6998d81u, T3 = 0xf1d9c5b5u; /* 1 13 25 38 | 53 69 89 113 */
-    const uint32_t m = x & 0x77777777u, x4 = x << 4;
-    const uint32_t m0 = prmt(x4, x, 0xd9c8u), m1 = prmt(x4, x, 0xfbeau); /* 0xff: bit 3 set */
-    lv[0] = (prmt(T0, T1, m) & ~m0) | (prmt(T2, T3, m) & m0);
-    lv[1] = (prmt(T0, T1, m >> 16) & ~m1) | (prmt(T2, T3, m >> 16) & m1);
-}
-
 /* D = A(16x16, row) * B(16x8, col) + D, fp16 in, fp32 accumulate. */
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
@@ -109,6 +87,9 @@ __device__ __forceinline__ uint32_t movtrans(uint32_t x)
 #define H2_1032 0x64086408u /* 1032 = 1024 + 8: low nibble bias */
 #define H2_1_16 0x2c002c00u /* 1/16 */
 #define H2_M72 0xd480d480u  /* -72 = -(1024/16 + 8): high nibble bias */
+#define H2_1024 0x64006400u /* 1024 */
+#define H2_M1024 0xe400e400u /* -1024 */
+#define H2_128 0x58005800u  /* 128 */
 
 /* ---- the arguments, shared by both kernels ------------------------------- */
 
@@ -320,6 +301,9 @@ template <int KT, int HD> __device__ __forceinline__ int att_dim(int i, int g, i
 template <int HD, int NT> struct att_warp_state {
     float m[NT][2], l[NT][2];
     float o[HD / 16][NT][4];
+    /* k8v4nl: sum over the tokens of 128 d P, the bias every m-tile of o
+     * holds (att_pv_nl); taken off at the chunk's end.  Unused otherwise. */
+    float cv[NT][4];
 };
 
 /* S^T = K Q^T for one 16-token step: S[nt][e], rows (tokens) g, g, g+8,
@@ -373,6 +357,8 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
     }
 }
 
+#include "kernels/cuda/attention_nl.cuh" /* k8v4nl's V: att_pv_nl, att_pv_fix */
+
 /* O^T += V^T P^T for one 16-token step.  Tokens at or past t_end (stale
  * bytes past the context, or the next chunk's) get a zero scale (f16: a
  * zero value), so a stale Inf/NaN cannot reach the MMA (0 * Inf = NaN);
@@ -382,7 +368,9 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
                                        const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
                                        int c)
 {
-    if constexpr (KT != KV_F16) { /* k8v4, k8v4nl */
+    if constexpr (KT == KV_K8V4NL) {
+        att_pv_nl<HD, NT>(ws, st, pb, T, t_end, c);
+    } else if constexpr (KT != KV_F16) { /* k8v4 */
         uint32_t dv[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -390,36 +378,10 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
             dv[q] = t < t_end ? st.dv[q] : 0u;
         }
         uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
-        uint32_t nl[4][2]; /* k8v4nl: level bytes of the current word, per token */
-        (void)nl;
 #pragma unroll
         for (int i = 0; i < HD / 16; i++) {
             const int w = i / 4, bs = i % 4;
             uint32_t A[4];
-            if constexpr (KT == KV_K8V4NL) {
-                /* the four tokens' level bytes of word w, looked up once per
-                 * word (at bs 0); byte bs of the word is codes 2bs (row g)
-                 * and 2bs+1 (row g+8): bytes p, p+1 of half bs/2 */
-                if (bs == 0) {
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        att_nl_word(st.v[q][w], nl[q]);
-                }
-                const int hf = bs >> 1, p = 2 * (bs & 1);
-                const uint32_t psel = p | ((p + 4) << 4) | ((p + 1) << 8) | ((p + 5) << 12);
-                /* [a row g, b row g, a row g+8, b row g+8], then each pair
-                 * into fp16 mantissas: 1024 + 128 + level, minus 1152 */
-                uint32_t pab = prmt(nl[0][hf], nl[1][hf], psel);
-                uint32_t pcd = prmt(nl[2][hf], nl[3][hf], psel);
-                A[0] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4140u), H2_1152), dvab);
-                A[1] = h2mul(h2sub(prmt(pab, 0x64646464u, 0x4342u), H2_1152), dvab);
-                A[2] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4140u), H2_1152), dvcd);
-                A[3] = h2mul(h2sub(prmt(pcd, 0x64646464u, 0x4342u), H2_1152), dvcd);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    mma16816(ws.o[i][nt], A, pb[nt][0], pb[nt][1]);
-                continue;
-            }
             const uint32_t sel = bs | (bs << 4) | ((bs + 4) << 8) | ((bs + 4) << 12);
             uint32_t dab = prmt(st.v[0][w], st.v[1][w], sel);
             uint32_t dcd = prmt(st.v[2][w], st.v[3][w], sel);
@@ -533,6 +495,15 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                 ws.o[i][nt][2] = __fmul_rn(ws.o[i][nt][2], al[nt][0]);
                 ws.o[i][nt][3] = __fmul_rn(ws.o[i][nt][3], al[nt][1]);
             }
+        if constexpr (KT == KV_K8V4NL) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                ws.cv[nt][0] = __fmul_rn(ws.cv[nt][0], al[nt][0]);
+                ws.cv[nt][1] = __fmul_rn(ws.cv[nt][1], al[nt][1]);
+                ws.cv[nt][2] = __fmul_rn(ws.cv[nt][2], al[nt][0]);
+                ws.cv[nt][3] = __fmul_rn(ws.cv[nt][3], al[nt][1]);
+            }
+        }
     }
     att_pv<KT, HD, NT>(ws, s0, pb0, T, t_end, c);
     att_pv<KT, HD, NT>(ws, s1, pb1, T + 16, t_end, c);
@@ -678,6 +649,7 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
 #pragma unroll
         for (int i = 0; i < HD / 16; i++)
             ws.o[i][nt][0] = ws.o[i][nt][1] = ws.o[i][nt][2] = ws.o[i][nt][3] = 0.0f;
+        ws.cv[nt][0] = ws.cv[nt][1] = ws.cv[nt][2] = ws.cv[nt][3] = 0.0f;
     }
 
     /* Pair i (tokens T0 + i*stride .. +31) goes through slots 2*(i % S) and
@@ -710,6 +682,7 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
                                      a.window, g, c);
     }
     cp_async_wait<0>();
+    att_pv_fix<KT, HD, NT>(ws);
 
     /* Warp states -> the block's chunk partial, warps in index order. */
     if (g == 0) {

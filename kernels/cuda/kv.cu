@@ -80,25 +80,43 @@ typedef struct nl_tabs {
     int8_t level[NL_N]; /* its level, iq4nl_values[code] */
 } nl_tabs;
 
-/* Every thread of the block; a barrier before the first lookup. */
-__device__ void nl_tabs_build(nl_tabs &t)
+/* The table, made by the compiler: the code of h is how many of the
+ * doubled midpoints 2 mid (integers) lie below h, as kv_nl_code counts the
+ * midpoints below r.  A constant in global memory, which each block copies
+ * to shared memory (nl_tabs_load): building it there took every block ~15
+ * entries a lane of 15 comparisons each, and a 512-token chunk's store has
+ * 16384 such blocks. */
+static constexpr nl_tabs nl_tabs_make()
 {
-    const float mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
-                           7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
-    for (int i = threadIdx.x; i < NL_N; i += blockDim.x) {
-        const float half_h = 0.5f * (float)(i - NL_HALF); /* exact */
+    const int mid2[15] = {-231, -187, -148, -114, -84, -57, -32, -9,
+                          14,   38,   63,   91,   122, 158, 202};
+    const int level[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                           1,    13,   25,  38,  53,  69,  89,  113};
+    nl_tabs t{};
+    for (int i = 0; i < NL_N; i++) {
         int c = 0;
-#pragma unroll
         for (int j = 0; j < 15; j++)
-            c += mid[j] < half_h;
-        /* the level of code c: a byte permute of the 16 int8 levels held as
-         * constants (c & 7 picks a byte of 8, bit 3 the upper half), where
-         * an indexed array would live in local memory */
-        const uint32_t lo = __byte_perm(0xbfad9881u, 0xf6eaddcfu, (unsigned)c & 7u); /* -127..-10 */
-        const uint32_t hi = __byte_perm(0x26190d01u, 0x71594535u, (unsigned)c & 7u); /* 1..113 */
+            c += mid2[j] < i - NL_HALF;
         t.code[i] = (uint8_t)c;
-        t.level[i] = (int8_t)((c & 8 ? hi : lo) & 0xffu);
+        t.level[i] = (int8_t)level[c];
     }
+    return t;
+}
+
+/* 16-byte aligned and padded, for the copy's 16-byte loads and stores */
+#define NL_WORDS ((sizeof(nl_tabs) + 15) / 16)
+union nl_tabs_mem {
+    nl_tabs t;
+    uint4 w[NL_WORDS];
+};
+__device__ const nl_tabs_mem nl_tabs_global = {nl_tabs_make()};
+
+/* Every thread of the block copies its part (two 16-byte words a lane for
+ * one warp); a barrier before the first lookup. */
+__device__ __forceinline__ void nl_tabs_load(nl_tabs_mem &t)
+{
+    for (int i = threadIdx.x; i < (int)NL_WORDS; i += blockDim.x)
+        t.w[i] = nl_tabs_global.w[i];
 }
 
 /* The table index of r's code. */
@@ -231,9 +249,11 @@ __device__ __forceinline__ void kv_put_k(const kv_view &kv, int64_t slot, int b,
         kv.kd[slot * nb + b] = f2h_bits(dk);
 }
 
-/* V element `lane` of block b: Q4_0, IQ4_NL codes (k8v4nl) or f16. */
+/* V element `lane` of block b: Q4_0 or f16, or (NL) IQ4_NL codes (k8v4nl,
+ * with the table tb in shared memory). */
+template <bool NL>
 __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b, int lane,
-                                         float xv, const nl_tabs &tb)
+                                         float xv, const nl_tabs *tb)
 {
     const int hd = kv.head_dim, nb = hd / 32;
     if (kv.type == KV_F16) {
@@ -250,7 +270,7 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
         vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */
     float dv;
     int code;
-    if (kv.type == KV_K8V4NL) {
+    if constexpr (NL) {
         /* IQ4_NL levels, searched scale (cpu_quant_v4nl); zero or Inf
          * extreme: d = 0 and every code 8, as there */
         /* The search runs on every block, its result dropped for a zero or
@@ -258,13 +278,13 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
          * under that condition, which the compiler cannot prove the same
          * for the whole warp, each of its ~120 shuffles became a WARPSYNC
          * loop (seen in the SASS). */
-        float db = nl_search(xv, vmax, lane, tb);
+        float db = nl_search(xv, vmax, lane, *tb);
         if (!(best > 0.0f && best <= 3.0e38f))
             db = 0.0f;
         uint16_t dh = f2h_bits(db);
         dv = __half2float(__ushort_as_half(dh));
         float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
-        code = tb.code[nl_index(__fmul_rn(xv, id))];
+        code = tb->code[nl_index(__fmul_rn(xv, id))];
         dv = db; /* stored below as the same fp16 bits */
     } else {
         dv = __fdiv_rn(vmax, -8.0f);
@@ -278,15 +298,20 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
         kv.vd[slot * nb + b] = f2h_bits(dv);
 }
 
-/* One warp per (token, kv head, 32-block). */
+/* One warp per (token, kv head, 32-block).  NL: k8v4nl (the IQ4_NL table in
+ * shared memory; the other types have none). */
+template <bool NL>
 __global__ void __launch_bounds__(KV_WARPS * 32)
 kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32_t *pos,
                 const float *k, int64_t k_stride, const float *v, int64_t v_stride)
 {
-    __shared__ nl_tabs tb;
-    if (kv.type == KV_K8V4NL) /* before the wait: it overlaps the previous kernel */
-        nl_tabs_build(tb);
-    __syncthreads();
+    const nl_tabs *tb = nullptr;
+    if constexpr (NL) {
+        __shared__ nl_tabs_mem tbm;
+        nl_tabs_load(tbm); /* before the wait: it overlaps the previous kernel */
+        __syncthreads();
+        tb = &tbm.t;
+    }
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
     int hd = kv.head_dim, nb = hd / 32;
@@ -305,7 +330,7 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
         xk = __fsub_rn(xk, kv.kshift[(int64_t)h * hd + 32 * b + lane]);
     float xv = v[(int64_t)i * v_stride + (int64_t)h * hd + 32 * b + lane];
     kv_put_k(kv, slot, b, lane, xk);
-    kv_put_v(kv, slot, b, lane, xv, tb);
+    kv_put_v<NL>(kv, slot, b, lane, xv, tb);
 }
 
 /* k8v4r, k8v4r2: q, k and v rotated (rotate.cuh) and k, v stored, in one
@@ -324,19 +349,23 @@ kv_store_kernel(kv_view kv, int page_stride, int n_tok, int n_total, const int32
  * a warp of its own.  k and v are only read: the rotated rows are not
  * needed after the store (they live on in the pool).  K is stored less the
  * shift, as cuda_kv_store. */
-template <int N>
+template <int N, bool NL, bool CARVE>
 __global__ void __launch_bounds__(32)
 kv_rotate_store_kernel(kv_view kv, int page_stride, int n_tok, const int32_t *pos, float *q,
                        int n_q_heads, int64_t q_stride, const float *k, int64_t k_stride,
                        const float *v, int64_t v_stride, float scale, rot_signs s)
 {
-    __shared__ nl_tabs tb;
     const int hd = 32 * N, lane = threadIdx.x, kv_blocks = kv.n_kv_head * N;
     const int row = blockIdx.y;
     int u = blockIdx.x, part = 0, h = u, b = 0; /* part 0: q, 1: k, 2: v */
-    if (kv.type == KV_K8V4NL && u >= n_q_heads + kv_blocks) {
-        nl_tabs_build(tb); /* before the wait: it overlaps the previous kernel */
-        __syncwarp();
+    const nl_tabs *tb = nullptr;
+    if constexpr (NL) {
+        __shared__ nl_tabs_mem tbm;
+        if (u >= n_q_heads + kv_blocks) { /* V's blocks only */
+            nl_tabs_load(tbm); /* before the wait: it overlaps the previous kernel */
+            __syncwarp();
+        }
+        tb = &tbm.t;
     }
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */
@@ -373,7 +402,7 @@ kv_rotate_store_kernel(kv_view kv, int page_stride, int n_tok, const int32_t *po
             xb = __fsub_rn(xb, kv.kshift[(int64_t)h * hd + 32 * b + lane]);
         kv_put_k(kv, slot, b, lane, xb);
     } else {
-        kv_put_v(kv, slot, b, lane, xb, tb);
+        kv_put_v<NL>(kv, slot, b, lane, xb, tb);
     }
 }
 
@@ -391,7 +420,10 @@ extern "C" int cuda_kv_store(const kv_view *kv, int page_stride, int n_seq, int 
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_kv_store: kv type %d", kv->type);
     int64_t warps = (int64_t)n_seq * n_tok * kv->n_kv_head * (kv->head_dim / 32);
     int blocks = (int)((warps + KV_WARPS - 1) / KV_WARPS);
-    CUDA_CHECK(err, pdl_launch(kv_store_kernel, dim3(blocks), dim3(KV_WARPS * 32), 0, stream, *kv,
+    void (*kernel)(kv_view, int, int, int, const int32_t *, const float *, int64_t,
+                   const float *, int64_t) =
+        kv->type == KV_K8V4NL ? kv_store_kernel<true> : kv_store_kernel<false>;
+    CUDA_CHECK(err, pdl_launch(kernel, dim3(blocks), dim3(KV_WARPS * 32), 0, stream, *kv,
                                page_stride, n_tok, n_seq * n_tok, d_pos, k, k_stride, v,
                                v_stride));
     return 0;
@@ -419,21 +451,53 @@ template <typename K> static cudaError_t kv_carve_max_shared(K kernel, bool *don
     return e;
 }
 
-template <int N>
+template <int N, bool NL, bool CARVE>
+static cudaError_t kv_rotate_store_go(const kv_view *kv, int page_stride, int n_tok, int n_rows,
+                                      const int32_t *d_pos, float *q, int n_q_heads,
+                                      int64_t q_stride, const float *k, int64_t k_stride,
+                                      const float *v, int64_t v_stride, cudaStream_t stream)
+{
+    static bool carved = false;
+    if (CARVE) {
+        cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N, NL, CARVE>, &carved);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return pdl_launch(kv_rotate_store_kernel<N, NL, CARVE>,
+                      dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
+                      dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
+                      k, k_stride, v, v_stride, kv_rot_scale(32 * N), rot_signs_make());
+}
+
+/* The carveout hint for one-row launches only (batch-1 decode, where it was
+ * measured to help: 96 blocks); a launch of several rows (768 blocks at
+ * batch 8) would set every SM in shared memory's favour for the matvecs
+ * that follow, which batch 8 measured worse with the hint (one run each,
+ * ade3bf8).  CARVE is a template argument so that the two are two
+ * kernels: the hint is an attribute of the kernel, not of the launch. */
+template <int N, bool NL>
 static cudaError_t kv_rotate_store_launch(const kv_view *kv, int page_stride, int n_tok,
                                           int n_rows, const int32_t *d_pos, float *q,
                                           int n_q_heads, int64_t q_stride, const float *k,
                                           int64_t k_stride, const float *v, int64_t v_stride,
                                           cudaStream_t stream)
 {
-    static bool carved = false;
-    cudaError_t e = kv_carve_max_shared(kv_rotate_store_kernel<N>, &carved);
-    if (e != cudaSuccess)
-        return e;
-    return pdl_launch(kv_rotate_store_kernel<N>,
-                      dim3((unsigned)(n_q_heads + 2 * kv->n_kv_head * N), (unsigned)n_rows),
-                      dim3(32), 0, stream, *kv, page_stride, n_tok, d_pos, q, n_q_heads, q_stride,
-                      k, k_stride, v, v_stride, kv_rot_scale(32 * N), rot_signs_make());
+    return (n_rows == 1 ? kv_rotate_store_go<N, NL, true> : kv_rotate_store_go<N, NL, false>)(
+        kv, page_stride, n_tok, n_rows, d_pos, q, n_q_heads, q_stride, k, k_stride, v, v_stride,
+        stream);
+}
+
+typedef cudaError_t (*kv_rotate_store_fn)(const kv_view *, int, int, int, const int32_t *,
+                                          float *, int, int64_t, const float *, int64_t,
+                                          const float *, int64_t, cudaStream_t);
+
+template <bool NL> static kv_rotate_store_fn kv_rotate_store_pick(int hd)
+{
+    return hd == 32    ? kv_rotate_store_launch<1, NL>
+           : hd == 64  ? kv_rotate_store_launch<2, NL>
+           : hd == 128 ? kv_rotate_store_launch<4, NL>
+           : hd == 256 ? kv_rotate_store_launch<8, NL>
+                       : kv_rotate_store_launch<16, NL>;
 }
 
 extern "C" int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_seq, int n_tok,
@@ -458,13 +522,8 @@ extern "C" int cuda_kv_rotate_store(const kv_view *kv, int page_stride, int n_se
     if (n_seq <= 0 || n_tok <= 0)
         return 0;
     const int rows = n_seq * n_tok;
-    cudaError_t (*launch)(const kv_view *, int, int, int, const int32_t *, float *, int, int64_t,
-                          const float *, int64_t, const float *, int64_t, cudaStream_t) =
-        hd == 32    ? kv_rotate_store_launch<1>
-        : hd == 64  ? kv_rotate_store_launch<2>
-        : hd == 128 ? kv_rotate_store_launch<4>
-        : hd == 256 ? kv_rotate_store_launch<8>
-                    : kv_rotate_store_launch<16>;
+    const kv_rotate_store_fn launch = kv->type == KV_K8V4NL ? kv_rotate_store_pick<true>(hd)
+                                                            : kv_rotate_store_pick<false>(hd);
     CUDA_CHECK(err, launch(kv, page_stride, n_tok, rows, d_pos, q, n_q_heads, q_stride, k,
                            k_stride, v, v_stride, stream));
     return 0;
