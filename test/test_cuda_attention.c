@@ -21,9 +21,9 @@
  * (the split tickets reset themselves).
  *
  * Case type 3 (TYPE_NL_BIG) is k8v4nl again with every 53rd token's V 4000
- * times larger: V scales of |d| >= 64 beside steps without them (a V
- * decode that folds -1024 d into an HFMA2 overflows there; att_pv_nl),
- * on the first shapes (hd 128 and 64). */
+ * times larger: V scales of |d| >= 64, which the fast kernel's k8v4nl V
+ * decode takes on a path of its own (att_pv_nl), beside steps without
+ * them, on the first shapes (hd 128 and 64). */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA

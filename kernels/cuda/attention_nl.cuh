@@ -1,8 +1,8 @@
 /* attention_nl.cuh: the fast attention kernel's V decode for k8v4nl (the
  * k8v4r2 cache's IQ4_NL-coded V): the codes' levels looked up by byte
- * permutes on the two tokens' bytes paired, and the scale applied with
- * HSUB2 then HMUL2 per pair of values (doc/cuda-attention.md, "The cache
- * the kernels read").
+ * permutes, the scale applied with one HFMA2 per pair of values, and the
+ * bias that leaves in O summed beside it and taken off at the chunk's end
+ * (doc/cuda-attention.md, "The cache the kernels read").
  *
  * Device code only; included once, by attention_mma.cuh, after the step
  * and warp-state types it works on. */
@@ -32,33 +32,35 @@ __device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
 }
 
 /* att_pv for k8v4nl.  The codes' level bytes (level + 128) become fp16
- * mantissas as K's do, y = 1024 + 128 + level; HSUB2 takes 1152 off (exact:
- * y - 1152 = level) and HMUL2 applies the token's scale d, level d under one
- * rounding, as the CPU twin's dequantisation has it.  (An HFMA2 with
- * -1024 d in place of the two, (128 + level) d with the 128 d summed by one
- * more MMA a step and taken off at the chunk's end, saves 32 instructions a
- * 16-token step but costs that MMA per n-tile and 4 accumulators per
- * n-tile: the prefill kernel, with two n-tiles at its 168-register bound,
- * spilled more and ran ~6 % slower; doc/cuda-attention.md.)
+ * mantissas as K's do, y = 1024 + 128 + level, and one HFMA2 takes 1024 d
+ * off and applies the token's scale d: y d - 1024 d = (128 + level) d, exact
+ * before its one rounding (-1024 d is exact in fp16 for |d| < 64).  So
+ * every element of A carries 128 d too much; those are the same for all
+ * m-tiles of a lane (its rows g and g+8 lie in one V block, of scale d, in
+ * every m-tile: att_dim), so one more MMA per step, of A = 128 d, sums
+ * them (ws.cv), and the chunk's end takes them off (att_pv_fix).  Against
+ * HSUB2 then HMUL2 (level d rounded once) an element's rounding error grows
+ * from 2^-12 |level d| to 2^-12 |(128 + level) d|, at most 2^-12 x 241/127
+ * of its block's largest element, 4.7e-4 of it.  A step with a scale of
+ * |d| >= 64 (V elements of ~8000) somewhere in the warp, where -1024 d
+ * would overflow, takes (y - 1024) d instead, HSUB2 (exact) then HMUL2:
+ * the same value under the same one rounding, so which tokens share a step
+ * changes no bit (they differ with the chunking, and a column's result
+ * must not depend on tokens it does not see).  |d| < 272 (V elements up to
+ * ~34000) keeps (128 + level) d finite.
  *
  * The lookup (att_nl_word) runs on the two tokens' bytes already paired
  * (a0 b0 a1 b1 | a2 b2 a3 b3): the level bytes of a pair come out in the
  * order the fp16 pairs want, so a prmt per A register puts them into the
  * mantissas (two prmts per token pair and word, where pairing the looked-up
  * levels took two per m-tile). */
-template <int HD, int NT>
-__device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
-                                          const att_step<KV_K8V4NL, HD> &st,
-                                          const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
-                                          int c)
+template <bool FUSED, int HD, int NT>
+__device__ __forceinline__ void att_pv_nl_tiles(att_warp_state<HD, NT> &ws,
+                                                const att_step<KV_K8V4NL, HD> &st,
+                                                const uint32_t (&pb)[NT][2], uint32_t dvab,
+                                                uint32_t dvcd)
 {
-    uint32_t dv[4];
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        int32_t t = T + 2 * c + (q & 1) + 8 * (q >> 1);
-        dv[q] = t < t_end ? st.dv[q] : 0u;
-    }
-    const uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
+    const uint32_t nab = h2mul(dvab, H2_M1024), ncd = h2mul(dvcd, H2_M1024);
 #pragma unroll
     for (int w = 0; w < HD / 64; w++) {
         uint32_t lab[2][2], lcd[2][2]; /* level bytes: [half of the word][..] */
@@ -72,14 +74,67 @@ __device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
              * (row g+8): [a lo, a hi, b lo, b hi] in word lab[bs/2][bs%2] */
             const uint32_t ab = lab[bs >> 1][bs & 1], cd = lcd[bs >> 1][bs & 1];
             uint32_t A[4];
-            A[0] = h2mul(h2sub(prmt(ab, 0x64646464u, 0x4240u), H2_1152), dvab);
-            A[1] = h2mul(h2sub(prmt(ab, 0x64646464u, 0x4341u), H2_1152), dvab);
-            A[2] = h2mul(h2sub(prmt(cd, 0x64646464u, 0x4240u), H2_1152), dvcd);
-            A[3] = h2mul(h2sub(prmt(cd, 0x64646464u, 0x4341u), H2_1152), dvcd);
+            A[0] = prmt(ab, 0x64646464u, 0x4240u);
+            A[1] = prmt(ab, 0x64646464u, 0x4341u);
+            A[2] = prmt(cd, 0x64646464u, 0x4240u);
+            A[3] = prmt(cd, 0x64646464u, 0x4341u);
+            if constexpr (FUSED) {
+                A[0] = h2fma(A[0], dvab, nab);
+                A[1] = h2fma(A[1], dvab, nab);
+                A[2] = h2fma(A[2], dvcd, ncd);
+                A[3] = h2fma(A[3], dvcd, ncd);
+            } else { /* y - 1024 = 128 + level exactly: the same one rounding */
+                A[0] = h2mul(h2sub(A[0], H2_1024), dvab);
+                A[1] = h2mul(h2sub(A[1], H2_1024), dvab);
+                A[2] = h2mul(h2sub(A[2], H2_1024), dvcd);
+                A[3] = h2mul(h2sub(A[3], H2_1024), dvcd);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 mma16816(ws.o[4 * w + bs][nt], A, pb[nt][0], pb[nt][1]);
         }
+    }
+    const uint32_t cab = h2mul(dvab, H2_128), ccd = h2mul(dvcd, H2_128);
+    const uint32_t A[4] = {cab, cab, ccd, ccd};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        mma16816(ws.cv[nt], A, pb[nt][0], pb[nt][1]);
+}
+
+template <int HD, int NT>
+__device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
+                                          const att_step<KV_K8V4NL, HD> &st,
+                                          const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
+                                          int c)
+{
+    uint32_t dv[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int32_t t = T + 2 * c + (q & 1) + 8 * (q >> 1);
+        dv[q] = t < t_end ? st.dv[q] : 0u;
+    }
+    const uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
+    /* |d| >= 64 anywhere (the OR of the magnitudes is at least their max:
+     * a false alarm only takes the slower path) */
+    const bool big = ((dv[0] | dv[1] | dv[2] | dv[3]) & 0x7fffu) >= 0x5400u;
+    if (!__any_sync(0xffffffffu, big))
+        att_pv_nl_tiles<true, HD, NT>(ws, st, pb, dvab, dvcd);
+    else
+        att_pv_nl_tiles<false, HD, NT>(ws, st, pb, dvab, dvcd);
+}
+
+/* k8v4nl: o minus the bias att_pv_nl summed in cv, once per chunk. */
+template <int KT, int HD, int NT>
+__device__ __forceinline__ void att_pv_fix(att_warp_state<HD, NT> &ws)
+{
+    if constexpr (KT == KV_K8V4NL) {
+#pragma unroll
+        for (int i = 0; i < HD / 16; i++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ws.o[i][nt][e] = __fsub_rn(ws.o[i][nt][e], ws.cv[nt][e]);
     }
 }
 
