@@ -191,7 +191,8 @@ __device__ void att_unrotate_out(const att_args &a, const att_smem<HD, NT> &sm, 
 /* ==== the fast kernel ====================================================== */
 
 template <int KT, int HD, int NT, bool SPLIT>
-__global__ void __launch_bounds__(ATT_WARPS * 32, 3) attn_mma_kernel(att_args a)
+__global__ void __launch_bounds__(ATT_WARPS * 32, (att_min_blocks<KT, HD, NT, SPLIT>()))
+    attn_mma_kernel(att_args a)
 {
     pdl_wait();    /* launched programmatically (pdl.cuh): wait first */
     pdl_trigger(); /* then let the next kernel launch */

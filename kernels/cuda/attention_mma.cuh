@@ -548,6 +548,19 @@ template <int KT, int HD, int NT, bool SPLIT> struct att_layout {
                   "the idle ring holds the fold arrays and at least one partial");
 };
 
+/* Blocks of attn_mma_kernel an SM can hold for the shared memory each asks
+ * (sm_90: 228 KiB an SM, 1 KiB of it reserved per block), at most 3: its
+ * __launch_bounds__ minimum, which caps its registers (3 blocks of 128
+ * threads: 168).  Where shared memory holds fewer (the prefill kernels at
+ * head_dim 128 with two n-tiles take ~77 KiB: 2), asking for 3 only made
+ * the loop spill for an occupancy it cannot have. */
+#define ATT_SMEM_PER_SM (228 * 1024)
+template <int KT, int HD, int NT, bool SPLIT> constexpr int att_min_blocks()
+{
+    constexpr int n = (int)(ATT_SMEM_PER_SM / (att_layout<KT, HD, NT, SPLIT>::bytes + 1024));
+    return n < 1 ? 1 : n > 3 ? 3 : n;
+}
+
 /* fold(R, X): R <- R * e^(Mr - Mn) + X * e^(m - Mn), Mn = max(Mr, m); the
  * empty state (-inf, 0, 0) is the identity and a fully masked partial
  * changes nothing. */
