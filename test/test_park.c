@@ -42,7 +42,8 @@ static strata_engine *open_engine_kv(const char *split, int kv_resident, int kv_
     return test_open(&p);
 }
 
-/* The default KV type (k8v4); the image-type cases pass k8v4r and f16 themselves. */
+/* The default KV type (k8v4r2 on these models); the image-type cases pass the others
+ * themselves. */
 static strata_engine *open_engine(const char *split, int kv_resident)
 {
     return open_engine_kv(split, kv_resident, STRATA_KV_DEFAULT);
