@@ -305,19 +305,11 @@ static void chat_stats(const char *out, int *prompt, int *kept, int *restored, i
  * first left in the save directory.  Its follow-up restores the whole
  * history from the file and reads only the new message: the same counts
  * (restored there, kept in the slot here) and the same answer as one chat
- * that asked both questions.  The demo model, so that the first answer
- * ends by its stop token and the saved history is all of it. */
-START_TEST(persist_chat_resume)
+ * that asked both questions.  args: the chats' options (-n). */
+static void chat_resume_equals_one_chat(const char *cli, const char *model, const char *args)
 {
-    const char *cli = test_cli();
-    if (!cli)
-        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
-    const char *model = test_demo_model();
-    if (!model)
-        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
     char *dir = path_in(test_tmpdir(), "save");
-    const char *args = "-n 48 -t 1 --backend cpu";
-    char *first = NULL, *again = NULL, *both = NULL, *none = NULL;
+    char *first = NULL, *again = NULL, *both = NULL;
     ck_assert_int_eq(test_runf(&first, "printf 'What is the capital of France?\\n' | '%s' chat "
                                "-m '%s' %s --conversation-save '%s' 2>/dev/null", cli, model,
                                args, dir), 0);
@@ -341,8 +333,30 @@ START_TEST(persist_chat_resume)
     ck_assert_ptr_nonnull(second);
     ck_assert_msg(nl - again > 0 && !strncmp(second + 1, again, (size_t)(nl - again + 1)),
                   "resumed answer '%.*s', one chat's:\n%s", (int)(nl - again), again, both);
-    fprintf(stderr, "persist_chat_resume: follow-up of %d tokens, %d restored from the file, "
-            "%d read\n", p1, r1, n1);
+    fprintf(stderr, "persist_chat_resume (%s): follow-up of %d tokens, %d restored from the "
+            "file, %d read\n", args, p1, r1, n1);
+    free(first);
+    free(again);
+    free(both);
+    free(dir);
+}
+
+/* The demo model: with -n 48 the first answer ends by its stop token and
+ * the saved history is all of it; with -n 6 it is cut, and its last token,
+ * never read, comes back from the file as the pending token, so the
+ * resumed history still ends as the one chat's does. */
+START_TEST(persist_chat_resume)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
+    const char *args = "-n 48 -t 1 --backend cpu";
+    chat_resume_equals_one_chat(cli, model, args);
+    chat_resume_equals_one_chat(cli, model, "-n 6 -t 1 --backend cpu");
+    char *none = NULL;
     /* --resume needs the directory; an empty one starts a new conversation */
     ck_assert_int_eq(test_runf(&none, "printf '' | '%s' chat -m '%s' %s --resume 2>&1", cli, model,
                                args), 2);
@@ -354,10 +368,6 @@ START_TEST(persist_chat_resume)
     ck_assert_msg(strstr(none, "no saved conversation"), "%s", none);
     free(none);
     free(empty);
-    free(first);
-    free(again);
-    free(both);
-    free(dir);
 }
 END_TEST
 
