@@ -24,51 +24,12 @@
 #include <unistd.h>
 
 #include "cache/convcache.h"
-#include "cache/xxh64.h"
 #include "engine/engine_internal.h"
 #include "park/hostmem.h"
 #include "park/park.h"
 #include "park/persist.h"
+#include "test_persist.h"
 #include "test_scheduler.h"
-
-#define N_VOCAB 400
-
-static const char *model_a(void)
-{
-    static const char *path;
-    if (!path)
-        path = test_tiny_llama("park-llama", N_VOCAB, 7);
-    return path;
-}
-
-static strata_engine *open_engine(const char *model, const char *split, int kv_type)
-{
-    strata_params p = test_params(model, STRATA_BACKEND_CPU);
-    p.kv_type = kv_type;
-    p.n_ctx = 2048;
-    p.n_slots = 2;
-    p.n_chunk = 64;
-    p.n_threads = 1;
-    p.layer_split = split;
-    return test_open(&p);
-}
-
-static int32_t *random_tokens(int n, uint64_t seed)
-{
-    int32_t *t = malloc(sizeof *t * (size_t)n);
-    ck_assert_ptr_nonnull(t);
-    for (int i = 0; i < n; i++)
-        t[i] = (int32_t)(test_rand_u64(&seed) % N_VOCAB);
-    return t;
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    ck_assert_ptr_nonnull(p);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
-}
 
 /* Image files (names *.skv) in dir. */
 static int count_images(const char *dir)
@@ -120,19 +81,6 @@ static int same_image(const convcache_image *a, const convcache_image *b, int n_
             return 0;
     }
     return 1;
-}
-
-static convcache *plain_cache(int n_stages)
-{
-    convcache_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_stages = n_stages;
-    cfg.max_bytes = (size_t)256 << 20;
-    cfg.max_images = 16;
-    strata_error err = {0};
-    convcache *c = convcache_new(&cfg, &err);
-    ck_assert_msg(c != NULL, "%s", err.msg);
-    return c;
 }
 
 /* The longest common prefix with any image, not only whole-image prefixes
@@ -489,114 +437,6 @@ START_TEST(persist_flipped_byte_skipped)
 }
 END_TEST
 
-/* The file's checksum recomputed after a header edit (persist_file.c:
- * XXH64 chained over the header, the tokens and each layer). */
-static void rechecksum(uint8_t *b, size_t bytes, int n, int n_layer)
-{
-    uint64_t h = xxh64(b, 96, 0x5354524b56494d47ull);   /* "STRKVIMG" */
-    h = xxh64(b + 96, (size_t)n * 4, h);
-    size_t lb = (bytes - 96 - (size_t)n * 4 - 8) / (size_t)n_layer;
-    for (int l = 0; l < n_layer; l++)
-        h = xxh64(b + 96 + (size_t)n * 4 + (size_t)l * lb, lb, h);
-    for (int i = 0; i < 8; i++)
-        b[bytes - 8 + i] = (uint8_t)(h >> (8 * i));
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void on_load_pending(const int32_t *tokens, int n, int32_t pending, void *user)
-{
-    (void)tokens;
-    (void)n;
-    *(int32_t *)user = pending;
-}
-
-/* The pending token (sampled after the image's tokens, never fed: the last
- * token of an answer cut by its length) goes to the file and back, to the
- * image and to on_load; a version 1 file (none saved) loads without one; a
- * value outside the vocabulary or an unknown version is refused by name. */
-START_TEST(persist_pending_token_saved)
-{
-    strata_engine *e = open_engine(model_a(), NULL, STRATA_KV_DEFAULT);
-    int32_t *t = random_tokens(100, 51);
-    strata_error err = {0};
-    strata_park *pk = park_new(e, 64, 16, &err);
-    ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
-    strata_seq *s = strata_seq_new(e, &err);
-    ck_assert_msg(strata_seq_feed(s, t, 100, NULL, NULL, &err) == 0, "%s", err.msg);
-    ck_assert_msg(park_capture(pk, s, 123, 0, NULL, &err) == 0, "%s", err.msg);
-    convcache_image *img = NULL;
-    ck_assert_int_eq(convcache_find(park_cache(pk), t, 100, &img), 100);
-    ck_assert_int_eq(convcache_image_pending(img), 123);
-    persist_id id;
-    ck_assert_int_eq(persist_identity(e, &id, &err), 0);
-    const char *dir = test_tmpdir();
-    char *path = path_in(dir, "00000000000000cc" PERSIST_SUFFIX);
-    uint64_t bytes = 0;
-    ck_assert_int_eq(persist_write_file(&id, img, path, &bytes, &err), 0);
-
-    convcache *c = plain_cache(e->n_stages);
-    convcache_image *back = NULL;
-    ck_assert_msg(persist_load_file(&id, c, path, &back, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(convcache_image_pending(back), 123);
-    convcache_free(c);
-    int32_t got = -7;
-    persist_params pp = {.dir = dir, .on_load = on_load_pending, .load_user = &got};
-    c = plain_cache(e->n_stages);
-    persist *ps = persist_new(e, c, &pp, &err);
-    ck_assert_msg(ps != NULL, "%s", err.msg);
-    ck_assert_int_eq(got, 123);
-    persist_free(ps);
-    convcache_free(c);
-
-    FILE *f = fopen(path, "rb");
-    uint8_t *orig = malloc(bytes), *b = malloc(bytes);
-    ck_assert_int_eq(fread(orig, 1, bytes, f), bytes);
-    fclose(f);
-    struct {
-        uint32_t version, pending;
-        int rc;
-        const char *says;
-    } cases[] = {
-        {1, 0, 0, NULL},                  /* version 1: zeros there, no pending token */
-        {2, 0xffffffffu, 0, NULL},        /* none */
-        {2, N_VOCAB, STRATA_E_FORMAT, "field pending token (offset 80) is 400"},
-        {3, 123, STRATA_E_FORMAT, "format version 3"},
-    };
-    for (int k = 0; k < 4; k++) {
-        memcpy(b, orig, bytes);
-        put_le32(b + 8, cases[k].version);
-        put_le32(b + 80, cases[k].pending);
-        rechecksum(b, bytes, 100, (int)id.n_layer);
-        f = fopen(path, "wb");
-        ck_assert_int_eq(fwrite(b, 1, bytes, f), bytes);
-        fclose(f);
-        c = plain_cache(e->n_stages);
-        back = NULL;
-        strata_err_clear(&err);
-        int rc = persist_load_file(&id, c, path, &back, &err);
-        ck_assert_msg(rc == cases[k].rc, "case %d: rc %d: %s", k, rc, err.msg);
-        if (rc)
-            ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, cases[k].says), "case %d: %s",
-                          k, err.msg);
-        else
-            ck_assert_int_eq(convcache_image_pending(back), -1);
-        convcache_free(c);
-    }
-    free(orig);
-    free(b);
-    free(path);
-    free(t);
-    strata_seq_free(s);
-    park_free(pk);
-    strata_close(e);
-}
-END_TEST
-
 /* Another model (same shape, other weights) and another KV type (k8v4r:
  * the same sizes as k8v4; f16: other sizes) are refused by name. */
 START_TEST(persist_other_model_and_kv_type_skipped)
@@ -880,7 +720,6 @@ static Suite *persist_suite(void)
     tcase_add_test(tc, persist_kill9_mid_save);
     tcase_add_test(tc, persist_flipped_byte_skipped);
     tcase_add_test(tc, persist_other_model_and_kv_type_skipped);
-    tcase_add_test(tc, persist_pending_token_saved);
     tcase_add_test(tc, persist_write_failure_is_a_warning);
     tcase_add_test(tc, persist_cap_evicts_oldest_first);
     tcase_add_test(tc, persist_floor_no_growth);
