@@ -140,7 +140,9 @@ static void slot_admit(strata_sched *s, sched_handle *h, sched_step *st)
 {
     sched_slot *sl = sched_slot_choose(s, h, st);
     sl->h = h;
-    sl->pending = -1;   /* (choose captured an evicted conversation with its own) */
+    /* the slot's conversation goes on with h's prompt now; one that choose
+     * evicted was saved with its own pending token */
+    sl->pending = -1;
     sl->admitted = s->admissions++;
     sl->decoding = 0;
     sl->started = 0;
