@@ -515,6 +515,7 @@ static convcache_image *image_new(convcache *c, const int32_t *tokens,
     img->owner = c;
     img->n_tokens = n_tokens;
     img->pos = pos;
+    img->pending = -1;
     img->key = convcache_token_hash(tokens, 0, n_tokens, CONVCACHE_HASH_SEED);
     int n_prefix = prefix ? prefix->n_spans : 0;
     img->tokens = malloc((size_t)n_tokens * sizeof *tokens);
@@ -693,6 +694,16 @@ const int32_t *convcache_image_tokens(const convcache_image *img,
 int32_t convcache_image_pos(const convcache_image *img)
 {
     return img ? img->pos : 0;
+}
+
+void convcache_capture_set_pending(convcache_capture *cap, int32_t tok)
+{
+    cap->img->pending = tok < 0 ? -1 : tok;
+}
+
+int32_t convcache_image_pending(const convcache_image *img)
+{
+    return img ? img->pending : -1;
 }
 
 int convcache_image_format(const convcache_image *img)

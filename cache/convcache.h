@@ -155,6 +155,14 @@ int32_t convcache_capture_first_token(const convcache_capture *cap);
  * hashes the stages not sealed (or written after their seal: do not). */
 void convcache_capture_seal(convcache_capture *cap, int stage);
 
+/* The token sampled after the captured ones and never fed: the last token
+ * of an answer that ended at its length limit, which its client got but no
+ * K/V row holds (-1, the default: none).  Kept with the image and saved
+ * with it (park/persist.h), so that after a restart a front end knows the
+ * conversation's ids as its client holds them.  Call before commit; when
+ * commit finds a twin (below), the twin keeps its own. */
+void convcache_capture_set_pending(convcache_capture *cap, int32_t tok);
+
 /* Make the capture an image (most recently used).  If an image of the same
  * tokens was committed meanwhile, the new bytes are dropped and that image
  * is the result.  *img (may be NULL) receives the image. */
@@ -169,6 +177,8 @@ void convcache_abort(convcache *c, convcache_capture *cap);
 const int32_t *convcache_image_tokens(const convcache_image *img,
                                       int *n_tokens);
 int32_t convcache_image_pos(const convcache_image *img);
+/* convcache_capture_set_pending's token, or -1. */
+int32_t convcache_image_pending(const convcache_image *img);
 /* The format its bytes were written in (convcache_config.format). */
 int convcache_image_format(const convcache_image *img);
 int convcache_image_n_spans(const convcache_image *img);

@@ -29,6 +29,7 @@ struct convcache_image {
     int32_t *tokens;     /* [n_tokens] */
     int n_tokens;
     int32_t pos;
+    int32_t pending;     /* convcache_capture_set_pending; -1: none */
     uint64_t key;        /* token_hash of tokens */
     int n_spans;
     span **spans;        /* [n_spans], covering [0, n_tokens) in order */

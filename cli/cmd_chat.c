@@ -348,22 +348,26 @@ static void turn(chat_state *c, const char *line)
  * stays pending; the load polls for it between tensors and stops (exit 130,
  * frontend.c). */
 /* Each image the save directory loads at start (oldest first, within
- * sched_new): the last one is the newest, the conversation to resume. */
-static void on_load(const int32_t *tokens, int n, void *user)
+ * sched_new): the last one is the newest, the conversation to resume.
+ * Its pending token (the last of an answer cut by -n, never read) ends the
+ * history as it ended the chat that saved it. */
+static void on_load(const int32_t *tokens, int n, int32_t pending, void *user)
 {
     chat_state *c = user;
     c->saved.n = 0;
-    for (int i = 0; i < n; i++)
-        if (tok_ids_push(&c->saved, tokens[i])) {
+    for (int i = 0; i <= n; i++)
+        if ((i < n || pending >= 0) && tok_ids_push(&c->saved, i < n ? tokens[i] : pending)) {
             c->saved.n = 0;   /* out of memory: nothing to resume */
             return;
         }
 }
 
 /* --resume: the saved conversation becomes this one's history.  Its tokens
- * are exactly what the model read (the image), so the next turn's prompt
- * begins with them and restores them all; the end-of-turn marker of its
- * last answer is added by that turn, as after any answer. */
+ * are what the model read (the image), and the pending token if the last
+ * answer was cut by -n, so the next turn's prompt begins with them and
+ * restores all the image holds, as the chat that saved it would have; the
+ * end-of-turn marker of its last answer is added by that turn, as after any
+ * answer. */
 static void resume(chat_state *c, const char *dir, int tty)
 {
     if (!c->saved.n) {

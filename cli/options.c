@@ -338,11 +338,12 @@ static const opt_help opt_help_lines[] = {
      "                          token or the context is full)\n"},
     {CLI_USE_ENGINE,
      "  --backend auto|cpu|cuda (default auto: CUDA when a usable card exists)\n"
-     "  --kv k8v4|k8v4r|k8v4r2|f16  KV cache format (default k8v4: K Q8_0, V Q4_0;\n"
-     "                          k8v4r: k8v4 after a Hadamard rotation per head;\n"
-     "                          k8v4r2: k8v4's bytes, rotated, K minus its bias, V in\n"
-     "                          IQ4_NL levels, closest to f16; the demo model: k8v4\n"
-     "                          on a card, f16 on the CPU)\n"
+     "  --kv k8v4r2|k8v4|k8v4r|f16  KV cache format (default k8v4r2: k8v4's bytes,\n"
+     "                          rotated, K minus its bias, V in IQ4_NL levels,\n"
+     "                          closest to f16; k8v4 where the head dim is not a\n"
+     "                          power of two; k8v4: K Q8_0, V Q4_0; k8v4r: k8v4\n"
+     "                          after a Hadamard rotation per head; the demo model:\n"
+     "                          k8v4 on a card, f16 on the CPU)\n"
      "  --kv-resident TOKENS    KV pool capacity per stage (default ctx x slots)\n"},
     {CLI_USE_SLOTS,
      "  --batch N, --slots N, -np N  conversations decoding together (default 1)\n"},

@@ -40,20 +40,20 @@ int strata_kv_parse(const char *name)
     return -1;
 }
 
-/* DEFAULT -> k8v4.  k8v4r2 keeps k8v4's bytes and is within 0.5 % of the
- * f16 cache's perplexity on both models measured (demo +0.45 %, Qwen2.5-0.5B
- * -0.30 %, where k8v4 costs +0.75 % and +2.60 %: doc/perplexity.md), but on
- * the H200 it decodes 7 % (batch 1) to 12 % (batch 8) slower than k8v4 at
- * 8K tokens (its store's scale search and its V decode in the attention):
- * not the default until that cost is under 3 % (doc/engine.md, "The KV
- * cache").  An explicit rotated type the head dim cannot take is an
- * error. */
+/* DEFAULT -> k8v4r2 where the head dim takes the rotation (a power of two,
+ * 32..KV_ROT_MAX_DIM), k8v4 where it does not.  k8v4r2 keeps k8v4's bytes
+ * and is within 0.5 % of the f16 cache's perplexity on both models
+ * measured (demo +0.45 %, Qwen2.5-0.5B -0.30 %, where k8v4 costs +0.75 %
+ * and +2.60 %: doc/perplexity.md); on the card its store and attention
+ * were brought to within the 3 % of k8v4's decode speed it had to meet
+ * (doc/engine.md, "The KV cache").  An explicit rotated type the head dim
+ * cannot take is an error. */
 static int resolve_kv_type(strata_engine *e, strata_error *err)
 {
     int hd = e->m->hp.head_dim;
     switch (e->p.kv_type) {
     case STRATA_KV_DEFAULT:
-        e->p.kv_type = STRATA_KV_K8V4;
+        e->p.kv_type = kv_rot_supported(hd) ? STRATA_KV_K8V4R2 : STRATA_KV_K8V4;
         return 0;
     case STRATA_KV_K8V4R:
     case STRATA_KV_K8V4R2:

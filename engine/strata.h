@@ -44,8 +44,8 @@ enum strata_backend { STRATA_BACKEND_AUTO = 0, STRATA_BACKEND_CPU = 1, STRATA_BA
  *   K8V4   the same blocks without the rotation
  *   F16    K and V in fp16 (3.6x the bytes of k8v4)
  * DEFAULT (what strata_params_default sets) resolves at strata_open to
- * K8V4 (K8V4R2 keeps quality closer to F16 but still costs more than 3 % of
- * decode speed on a card: doc/engine.md); strata_kv_type() says what was
+ * K8V4R2 where the head dim is a power of two in 32..512, else to K8V4
+ * (doc/engine.md, "The KV cache"); strata_kv_type() says what was
  * chosen.  The values are stored in saved conversations:
  * never renumber them. */
 enum strata_kv_type {

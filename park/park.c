@@ -454,7 +454,8 @@ static int capture_body(int stage, void *ctx)
     return rc;
 }
 
-int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_error *err)
+int park_capture(strata_park *p, strata_seq *s, int32_t pending, int flags, int *kind,
+                 strata_error *err)
 {
     strata_engine *e = p->e;
     if (s->e != e)
@@ -488,8 +489,10 @@ int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_err
     *j = (capture_job){.p = p, .s = s, .t0 = have, .t1 = n};
     int rc = convcache_begin(p->cache, s->tokens, n, n, have ? prefix : NULL, new_bytes, &j->cap,
                              err);
-    if (!rc)
+    if (!rc) {
+        convcache_capture_set_pending(j->cap, pending);
         rc = stagepool_for_each(e->pool, e->n_stages, capture_body, j, err);
+    }
     if (!rc) {
         for (int i = 0; i < e->n_stages; i++)
             p->st.bytes_d2h += j->bytes[i];

@@ -99,10 +99,14 @@ void park_free(strata_park *p);   /* NULL ok */
 
 /* Capture s's K/V on every stage into an image keyed by its tokens.  When
  * the cache holds an image of a prefix, only the new tokens are copied.
- * kind (may be NULL) receives an enum park_capture_kind.  On any stage's
+ * pending: the token sampled after s's and never fed (an answer ended by
+ * its length), kept with the image (convcache_capture_set_pending), or -1;
+ * an image of exactly these tokens already cached keeps its own.  kind
+ * (may be NULL) receives an enum park_capture_kind.  On any stage's
  * failure nothing of the capture remains and the first failing stage's
  * error is returned ("stage N: ..."). */
-int park_capture(strata_park *p, strata_seq *s, int flags, int *kind, strata_error *err);
+int park_capture(strata_park *p, strata_seq *s, int32_t pending, int flags, int *kind,
+                 strata_error *err);
 
 /* Make s continue the conversation tokens[0..n): find the longest cached
  * image whose tokens are a prefix of tokens, reserve its pages on every

@@ -396,7 +396,7 @@ static void load_dir(persist *ps, const persist_params *pp)
             int nt = 0;
             const int32_t *t = img ? convcache_image_tokens(img, &nt) : NULL;
             if (pp->on_load && t && nt > 0)
-                pp->on_load(t, nt, pp->load_user);
+                pp->on_load(t, nt, convcache_image_pending(img), pp->load_user);
         }
     }
     free(v);

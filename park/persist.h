@@ -59,10 +59,12 @@ typedef struct persist_params {
     int max_days;          /* files older than this are removed; 0: never */
     size_t min_free_mib;   /* loading stops while MemAvailable is under it */
     /* Called (may be NULL) on persist_new's thread for each image loaded at
-     * start, oldest first, with its tokens (valid during the call only): a
-     * front end that finds conversations by text rebuilds its index from
-     * them (serve/convindex.h). */
-    void (*on_load)(const int32_t *tokens, int n, void *user);
+     * start, oldest first, with its tokens (valid during the call only) and
+     * its pending token (sampled after them, never fed: the last token of
+     * an answer ended by its length; -1: none): a front end that finds
+     * conversations by text rebuilds its index from them, the pending token
+     * included, as its client holds it (serve/convindex.h). */
+    void (*on_load)(const int32_t *tokens, int n, int32_t pending, void *user);
     void *load_user;
 } persist_params;
 

@@ -4,7 +4,9 @@
  * Layout, all integers little-endian:
  *   header (PERSIST_HEADER bytes): magic, version, header size, the model's
  *     identity hash, KV type, page size, layers, KV heads, the row bytes of
- *     the four KV buffers, tokens, position, data bytes, time of saving;
+ *     the four KV buffers, tokens, position, data bytes, time of saving,
+ *     and (version 2) the pending token: sampled after the tokens, never
+ *     fed (convcache_image_pending), 0xffffffff for none;
  *   tokens: n int32;
  *   data: for each layer of the model in order, that layer's bytes of ONE
  *     span [0, n) in the image layout of park/park.h (for each buffer, for
@@ -37,7 +39,9 @@
 #include "model/model.h"
 
 #define PERSIST_MAGIC "STRKVIMG"
-#define PERSIST_VERSION 1u
+#define PERSIST_VERSION 2u      /* 2: the pending token at offset 80 */
+#define PERSIST_VERSION_MIN 1u  /* 1: no pending token (read as none) */
+#define PERSIST_NO_PENDING 0xffffffffu
 #define PERSIST_HEADER 96u
 #define PERSIST_SEED 0x5354524b56494d47ull /* "STRKVIMG" */
 
@@ -175,7 +179,7 @@ void persist_file_name(const int32_t *tokens, int n, char *buf, size_t cap)
 
 /* ---- writing ------------------------------------------------------------- */
 
-static void header_fill(uint8_t *hd, const persist_id *id, int n, int32_t pos)
+static void header_fill(uint8_t *hd, const persist_id *id, int n, int32_t pos, int32_t pending)
 {
     memset(hd, 0, PERSIST_HEADER);
     memcpy(hd, PERSIST_MAGIC, 8);
@@ -192,6 +196,7 @@ static void header_fill(uint8_t *hd, const persist_id *id, int n, int32_t pos)
     put32(hd + 60, (uint32_t)pos);
     put64(hd + 64, (uint64_t)n * id->n_layer * layer_token_bytes(id));
     put64(hd + 72, (uint64_t)time(NULL));
+    put32(hd + 80, pending < 0 ? PERSIST_NO_PENDING : (uint32_t)pending);
 }
 
 /* Gather local layer l of a stage, over all of img's spans, into the
@@ -244,7 +249,7 @@ int persist_write_file(const persist_id *id, const convcache_image *img, const c
     const int32_t *tokens = convcache_image_tokens(img, &n);
     size_t lb = (size_t)n * layer_token_bytes(id);
     uint8_t hd[PERSIST_HEADER];
-    header_fill(hd, id, n, convcache_image_pos(img));
+    header_fill(hd, id, n, convcache_image_pos(img), convcache_image_pending(img));
     uint8_t *buf = malloc(lb > (size_t)n * 4 ? lb : (size_t)n * 4);
     if (!buf)
         return strata_err(err, STRATA_E_NOMEM, "%s: out of memory for %zu bytes of a layer", path,
@@ -289,6 +294,7 @@ int persist_write_file(const persist_id *id, const convcache_image *img, const c
 typedef struct file_hdr {
     int n;
     int32_t pos;
+    int32_t pending;       /* -1: none (and every version 1 file) */
     uint64_t data_bytes;
     uint8_t raw[PERSIST_HEADER];
 } file_hdr;
@@ -305,10 +311,12 @@ static int read_header(const persist_id *id, const char *path, FILE *f, file_hdr
     const uint8_t *hd = fh->raw;
     if (memcmp(hd, PERSIST_MAGIC, 8) != 0)
         return strata_err(err, STRATA_E_FORMAT, "%s: not a saved conversation (magic)", path);
-    if (get32(hd + 8) != PERSIST_VERSION || get32(hd + 12) != PERSIST_HEADER)
+    uint32_t version = get32(hd + 8);
+    if (version < PERSIST_VERSION_MIN || version > PERSIST_VERSION ||
+        get32(hd + 12) != PERSIST_HEADER)
         return strata_err(err, STRATA_E_FORMAT, "%s: format version %u (header %u bytes); this "
-                          "build reads version %u", path, get32(hd + 8), get32(hd + 12),
-                          PERSIST_VERSION);
+                          "build reads versions %u to %u", path, version, get32(hd + 12),
+                          PERSIST_VERSION_MIN, PERSIST_VERSION);
     if (get64(hd + 16) != id->model)
         return strata_err(err, STRATA_E_FORMAT, "%s: saved by another model (identity %016llx, "
                           "this model's %016llx)", path, (unsigned long long)get64(hd + 16),
@@ -336,6 +344,14 @@ static int read_header(const persist_id *id, const char *path, FILE *f, file_hdr
     if ((uint64_t)st.st_size != want)
         return strata_err(err, STRATA_E_FORMAT, "%s: %lld bytes, the header says %llu (torn "
                           "write?)", path, (long long)st.st_size, (unsigned long long)want);
+    /* Version 1 wrote zeros at offset 80: it knew no pending token, and
+     * id 0 would be a real one. */
+    uint32_t pending = version >= 2 ? get32(hd + 80) : PERSIST_NO_PENDING;
+    if (pending != PERSIST_NO_PENDING && pending >= id->n_vocab)
+        return strata_err(err, STRATA_E_FORMAT, "%s: field pending token (offset 80) is %u, "
+                          "outside the vocabulary of %u (0xffffffff: none)", path, pending,
+                          id->n_vocab);
+    fh->pending = pending == PERSIST_NO_PENDING ? -1 : (int32_t)pending;
     if ((uint32_t)fh->n > id->n_ctx)
         return strata_err(err, STRATA_E_LIMIT, "%s: %d tokens, longer than the context of %u",
                           path, fh->n, id->n_ctx);
@@ -425,6 +441,8 @@ int persist_load_file(const persist_id *id, convcache *c, const char *path,
         for (int s = 0; s < id->n_stages; s++)
             bytes[s] = lb * (size_t)id->stage_layers[s];
         rc = convcache_begin(c, tokens, fh.n, fh.pos, NULL, bytes, &cap, err);
+        if (!rc)
+            convcache_capture_set_pending(cap, fh.pending);
     }
     /* each layer straight into its place in its stage's part */
     for (int s = 0; s < id->n_stages && !rc; s++) {

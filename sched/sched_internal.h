@@ -69,6 +69,11 @@ typedef struct sched_slot {
     int decoding;           /* target read; `next` waits to be fed */
     int started;            /* room made and the cache asked (once) */
     int32_t next;           /* the last emitted token, fed at the next step */
+    /* The last token of an answer that ended by its length: emitted, never
+     * fed; kept with the conversation while it stays resident and saved
+     * with its image (park_capture), so a restarted server knows the ids
+     * its client holds.  -1: none (any other end, or a request running). */
+    int32_t pending;
 } sched_slot;
 
 struct strata_sched {

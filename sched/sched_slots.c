@@ -78,7 +78,7 @@ void sched_slot_capture(strata_sched *s, sched_slot *sl)
     if (!s->park || strata_seq_len(sl->seq) <= 0)
         return;
     strata_error err = {0};
-    int rc = park_capture(s->park, sl->seq, 0, NULL, &err);
+    int rc = park_capture(s->park, sl->seq, sl->pending, 0, NULL, &err);
     s->counts.captures += rc == 0;
     s->counts.capture_failures += rc != 0;
     sched_stats_publish(s);
@@ -114,6 +114,7 @@ void sched_slot_evict(strata_sched *s, sched_slot *sl, sched_step *st)
 {
     sched_slot_capture(s, sl);
     strata_seq_reset(sl->seq);
+    sl->pending = -1;
     s->counts.resident_evictions++;
     if (st)
         st->n_evicted++;

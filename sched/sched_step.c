@@ -47,6 +47,8 @@ static void slot_vacate(strata_sched *s, sched_slot *sl, int keep)
         sl->last_used = ++s->clock;
     else
         strata_seq_reset(sl->seq);
+    if (!keep)
+        sl->pending = -1;
     sl->h = NULL;
     sl->decoding = 0;
     sl->fed = 0;
@@ -138,6 +140,9 @@ static void slot_admit(strata_sched *s, sched_handle *h, sched_step *st)
 {
     sched_slot *sl = sched_slot_choose(s, h, st);
     sl->h = h;
+    /* the slot's conversation goes on with h's prompt now; one that choose
+     * evicted was saved with its own pending token */
+    sl->pending = -1;
     sl->admitted = s->admissions++;
     sl->decoding = 0;
     sl->started = 0;
@@ -227,6 +232,7 @@ static void slot_take_token(strata_sched *s, sched_slot *sl, int32_t tok)
     }
     if ((h->max_tokens > 0 && h->res.n_gen >= h->max_tokens) ||
         strata_seq_len(sl->seq) + 1 > s->n_ctx) {
+        sl->pending = tok;   /* emitted, never fed: saved with the image */
         sched_slot_finish(s, sl, SCHED_FINISH_LENGTH, NULL);
         return;
     }

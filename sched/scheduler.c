@@ -370,6 +370,7 @@ strata_sched *sched_new(strata_engine *e, const sched_params *p, strata_error *e
         goto fail;
     }
     for (int i = 0; i < s->n_slots; i++) {
+        s->slots[i].pending = -1;
         s->slots[i].seq = strata_seq_new(e, err);
         if (!s->slots[i].seq)
             goto fail;

@@ -111,9 +111,10 @@ typedef struct sched_params {
     park_observer on_park;
     void *park_user;
     /* With save_dir: called within sched_new, on its caller's thread, with
-     * the tokens of each image loaded from save_dir (persist_params.on_load):
-     * the server rebuilds its text index from them. */
-    void (*on_load)(const int32_t *tokens, int n, void *user);
+     * the tokens and the pending token (-1: none) of each image loaded from
+     * save_dir (persist_params.on_load): the server rebuilds its text index
+     * from them. */
+    void (*on_load)(const int32_t *tokens, int n, int32_t pending, void *user);
     void *load_user;
 } sched_params;
 

@@ -216,7 +216,8 @@ static char *stream_text(const tokenizer *t, const int32_t *ids, size_t n, size_
     return text;
 }
 
-int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids)
+/* The entries of ids[0..n_ids) as they stand (convindex_add_ids). */
+static int add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids)
 {
     int32_t bos = tokenizer_bos(t);
     size_t skip = tokenizer_add_bos(t) && bos >= 0 && n_ids && ids[0] == bos ? 1 : 0;
@@ -242,5 +243,20 @@ int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size
         tok_ids_free(&enc);
     }
     free(text);
+    return added;
+}
+
+int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids,
+                      int32_t pending)
+{
+    if (pending < 0)
+        return add_ids(x, t, ids, n_ids);
+    int32_t *all = malloc((n_ids + 1) * sizeof *all);
+    if (!all)
+        return 0;
+    memcpy(all, ids, n_ids * sizeof *ids);
+    all[n_ids] = pending;
+    int added = add_ids(x, t, all, n_ids + 1);
+    free(all);
     return added;
 }

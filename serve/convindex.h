@@ -36,14 +36,21 @@ int convindex_add(convindex *x, int kind, const char *text, size_t n, const int3
 int convindex_entries(convindex *x);
 
 /* Remember a conversation known only by its ids (an image loaded from the
- * save directory at start, whose text was not saved): its text is what the
- * ids decode to as the server streams an answer (bytes that make no UTF-8
- * character become U+FFFD, as the client got them; control tokens as their
- * text; a leading BOS the tokenizer adds is not text).  Added for each
- * kind (chat: control tokens read from the text; plain: none) whose
- * encoding of that text has the same control and user-defined tokens as
- * the ids, in the same order, so the ids mean what the text would.
- * Returns how many entries were added (0, 1 or 2). */
-int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids);
+ * save directory at start, whose text was not saved): ids[0..n_ids), the
+ * ones the model read, then `pending` unless it is -1: the image's token
+ * sampled and sent but never read (the last of an answer ended by its
+ * length).  Its text is what those ids decode to as the server streams an
+ * answer (bytes that make no UTF-8 character become U+FFFD, as the client
+ * got them; control tokens as their text; a leading BOS the tokenizer adds
+ * is not text): with the pending token, the text and ids the entry of the
+ * server that gave the answer had, so a resent history reads as the same
+ * ids after a restart as before (without it, the last token's text would
+ * be encoded afresh, and a byte token cut inside a character encodes to
+ * other ids).  Added for each kind (chat: control tokens read from the
+ * text; plain: none) whose encoding of that text has the same control and
+ * user-defined tokens as the ids, in the same order, so the ids mean what
+ * the text would.  Returns how many entries were added (0, 1 or 2). */
+int convindex_add_ids(convindex *x, const tokenizer *t, const int32_t *ids, size_t n_ids,
+                      int32_t pending);
 
 #endif

@@ -448,13 +448,14 @@ static void on_step(const sched_step *st, void *user)
 
 /* An image loaded from --conversation-save's directory: the index from text
  * to ids did not survive the restart, so it is rebuilt from the image's
- * ids, and a client resending that conversation's history as text finds
- * the same ids again (convindex_add_ids). */
-static void on_load(const int32_t *tokens, int n, void *user)
+ * ids and its pending token (the entry openai.c made held it too), and a
+ * client resending that conversation's history as text finds the same ids
+ * again (convindex_add_ids). */
+static void on_load(const int32_t *tokens, int n, int32_t pending, void *user)
 {
     serve *s = user;
     s->n_loaded++;
-    s->n_load_indexed += convindex_add_ids(s->idx, s->tok, tokens, (size_t)n) > 0;
+    s->n_load_indexed += convindex_add_ids(s->idx, s->tok, tokens, (size_t)n, pending) > 0;
 }
 
 int serve_attach(serve *s, strata_engine *e, const sched_params *sp, strata_error *err)

@@ -313,8 +313,8 @@ START_TEST(greedy_matches_reference)
 END_TEST
 
 /* The same logits, bit for bit, however the layers are split into stages
- * and whatever the prefill chunk (with the default cache, k8v4r: its
- * rotation is per row, so the rule holds through it). */
+ * and whatever the prefill chunk (with the default cache, k8v4r2 on the
+ * demo model: its rotation is per row, so the rule holds through it). */
 START_TEST(split_and_chunk_do_not_change_a_bit)
 {
     const char *model = test_demo_model();

@@ -42,7 +42,8 @@ static strata_engine *open_engine_kv(const char *split, int kv_resident, int kv_
     return test_open(&p);
 }
 
-/* The default KV type (k8v4); the image-type cases pass k8v4r and f16 themselves. */
+/* The default KV type (k8v4r2 on these models); the image-type cases pass the others
+ * themselves. */
 static strata_engine *open_engine(const char *split, int kv_resident)
 {
     return open_engine_kv(split, kv_resident, STRATA_KV_DEFAULT);
@@ -229,7 +230,7 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
 {
     strata_error err = {0};
     int kind = -1;
-    int rc = park_capture(pk, s, 0, &kind, &err);
+    int rc = park_capture(pk, s, -1, 0, &kind, &err);
     ck_assert_msg(rc == 0, "capture: %s", err.msg);
     ck_assert_int_eq(kind, want_kind);
 }
@@ -475,7 +476,7 @@ START_TEST(park_eviction_respects_budgets)
     rand_tokens(bt, 2600, 77);
     feed(big, bt, 2600, NULL);
     ck_assert_uint_gt(tb * 2600, 1u << 20);
-    ck_assert_int_eq(park_capture(pk, big, 0, NULL, &err), STRATA_E_LIMIT);
+    ck_assert_int_eq(park_capture(pk, big, -1, 0, NULL, &err), STRATA_E_LIMIT);
     convcache_get_stats(park_cache(pk), &cs);
     ck_assert_int_eq(cs.images, before);
     assert_arena_holds_cache(pk, _i);
@@ -502,7 +503,7 @@ static void fail_scenario(int serial)
 
     /* a fresh capture failing on stage 2 leaves nothing */
     park_fail_stage = 2;
-    ck_assert_int_eq(park_capture(pk, s, 0, NULL, &err), STRATA_E_DEVICE);
+    ck_assert_int_eq(park_capture(pk, s, -1, 0, NULL, &err), STRATA_E_DEVICE);
     ck_assert_msg(strstr(err.msg, "stage 2:") == err.msg && strstr(err.msg, "injected"), "%s",
                   err.msg);
     convcache_stats cs;
@@ -522,7 +523,7 @@ static void fail_scenario(int serial)
     feed(s, t + 300, 300, NULL);
     park_fail_stage = 0;
     memset(&err, 0, sizeof err);
-    ck_assert_int_eq(park_capture(pk, s, 0, NULL, &err), STRATA_E_DEVICE);
+    ck_assert_int_eq(park_capture(pk, s, -1, 0, NULL, &err), STRATA_E_DEVICE);
     ck_assert_msg(strstr(err.msg, "stage 0:") == err.msg, "%s", err.msg);
     convcache_get_stats(park_cache(pk), &cs);
     ck_assert_int_eq(cs.images, 1);

@@ -70,7 +70,7 @@ static void capture(strata_park *pk, strata_seq *s, int want_kind)
 {
     strata_error err = {0};
     int kind = -1;
-    ck_assert_msg(park_capture(pk, s, 0, &kind, &err) == 0, "capture: %s", err.msg);
+    ck_assert_msg(park_capture(pk, s, -1, 0, &kind, &err) == 0, "capture: %s", err.msg);
     ck_assert_int_eq(kind, want_kind);
 }
 

@@ -28,46 +28,8 @@
 #include "park/hostmem.h"
 #include "park/park.h"
 #include "park/persist.h"
+#include "test_persist.h"
 #include "test_scheduler.h"
-
-#define N_VOCAB 400
-
-static const char *model_a(void)
-{
-    static const char *path;
-    if (!path)
-        path = test_tiny_llama("park-llama", N_VOCAB, 7);
-    return path;
-}
-
-static strata_engine *open_engine(const char *model, const char *split, int kv_type)
-{
-    strata_params p = test_params(model, STRATA_BACKEND_CPU);
-    p.kv_type = kv_type;
-    p.n_ctx = 2048;
-    p.n_slots = 2;
-    p.n_chunk = 64;
-    p.n_threads = 1;
-    p.layer_split = split;
-    return test_open(&p);
-}
-
-static int32_t *random_tokens(int n, uint64_t seed)
-{
-    int32_t *t = malloc(sizeof *t * (size_t)n);
-    ck_assert_ptr_nonnull(t);
-    for (int i = 0; i < n; i++)
-        t[i] = (int32_t)(test_rand_u64(&seed) % N_VOCAB);
-    return t;
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    ck_assert_ptr_nonnull(p);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
-}
 
 /* Image files (names *.skv) in dir. */
 static int count_images(const char *dir)
@@ -94,7 +56,7 @@ static strata_park *park_with(strata_engine *e, const int32_t *t, int n, convcac
     strata_seq *s = strata_seq_new(e, &err);
     ck_assert_ptr_nonnull(s);
     ck_assert_msg(strata_seq_feed(s, t, n, NULL, NULL, &err) == 0, "%s", err.msg);
-    ck_assert_msg(park_capture(pk, s, 0, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(park_capture(pk, s, -1, 0, NULL, &err) == 0, "%s", err.msg);
     strata_seq_free(s);
     ck_assert_int_eq(convcache_find(park_cache(pk), t, n, img), n);
     return pk;
@@ -119,19 +81,6 @@ static int same_image(const convcache_image *a, const convcache_image *b, int n_
             return 0;
     }
     return 1;
-}
-
-static convcache *plain_cache(int n_stages)
-{
-    convcache_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_stages = n_stages;
-    cfg.max_bytes = (size_t)256 << 20;
-    cfg.max_images = 16;
-    strata_error err = {0};
-    convcache *c = convcache_new(&cfg, &err);
-    ck_assert_msg(c != NULL, "%s", err.msg);
-    return c;
 }
 
 /* The longest common prefix with any image, not only whole-image prefixes
@@ -304,19 +253,11 @@ static void chat_stats(const char *out, int *prompt, int *kept, int *restored, i
  * first left in the save directory.  Its follow-up restores the whole
  * history from the file and reads only the new message: the same counts
  * (restored there, kept in the slot here) and the same answer as one chat
- * that asked both questions.  The demo model, so that the first answer
- * ends by its stop token and the saved history is all of it. */
-START_TEST(persist_chat_resume)
+ * that asked both questions.  args: the chats' options (-n). */
+static void chat_resume_equals_one_chat(const char *cli, const char *model, const char *args)
 {
-    const char *cli = test_cli();
-    if (!cli)
-        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
-    const char *model = test_demo_model();
-    if (!model)
-        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
     char *dir = path_in(test_tmpdir(), "save");
-    const char *args = "-n 48 -t 1 --backend cpu";
-    char *first = NULL, *again = NULL, *both = NULL, *none = NULL;
+    char *first = NULL, *again = NULL, *both = NULL;
     ck_assert_int_eq(test_runf(&first, "printf 'What is the capital of France?\\n' | '%s' chat "
                                "-m '%s' %s --conversation-save '%s' 2>/dev/null", cli, model,
                                args, dir), 0);
@@ -340,8 +281,30 @@ START_TEST(persist_chat_resume)
     ck_assert_ptr_nonnull(second);
     ck_assert_msg(nl - again > 0 && !strncmp(second + 1, again, (size_t)(nl - again + 1)),
                   "resumed answer '%.*s', one chat's:\n%s", (int)(nl - again), again, both);
-    fprintf(stderr, "persist_chat_resume: follow-up of %d tokens, %d restored from the file, "
-            "%d read\n", p1, r1, n1);
+    fprintf(stderr, "persist_chat_resume (%s): follow-up of %d tokens, %d restored from the "
+            "file, %d read\n", args, p1, r1, n1);
+    free(first);
+    free(again);
+    free(both);
+    free(dir);
+}
+
+/* The demo model: with -n 48 the first answer ends by its stop token and
+ * the saved history is all of it; with -n 6 it is cut, and its last token,
+ * never read, comes back from the file as the pending token, so the
+ * resumed history still ends as the one chat's does. */
+START_TEST(persist_chat_resume)
+{
+    const char *cli = test_cli();
+    if (!cli)
+        TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
+    const char *model = test_demo_model();
+    if (!model)
+        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
+    const char *args = "-n 48 -t 1 --backend cpu";
+    chat_resume_equals_one_chat(cli, model, args);
+    chat_resume_equals_one_chat(cli, model, "-n 6 -t 1 --backend cpu");
+    char *none = NULL;
     /* --resume needs the directory; an empty one starts a new conversation */
     ck_assert_int_eq(test_runf(&none, "printf '' | '%s' chat -m '%s' %s --resume 2>&1", cli, model,
                                args), 2);
@@ -353,10 +316,6 @@ START_TEST(persist_chat_resume)
     ck_assert_msg(strstr(none, "no saved conversation"), "%s", none);
     free(none);
     free(empty);
-    free(first);
-    free(again);
-    free(both);
-    free(dir);
 }
 END_TEST
 
@@ -540,7 +499,7 @@ START_TEST(persist_write_failure_is_a_warning)
     small.rlim_max = old.rlim_max;
     signal(SIGXFSZ, SIG_IGN);   /* write then fails with EFBIG instead */
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
-    ck_assert_msg(park_capture(pk, s, 0, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(park_capture(pk, s, -1, 0, NULL, &err) == 0, "%s", err.msg);
     park_persist_flush(pk);
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
     park_stats st;
@@ -559,7 +518,7 @@ START_TEST(persist_write_failure_is_a_warning)
     /* the next save goes through */
     int32_t more = 5;
     ck_assert_int_eq(strata_seq_feed(s, &more, 1, NULL, NULL, &err), 0);
-    ck_assert_int_eq(park_capture(pk, s, 0, NULL, &err), 0);
+    ck_assert_int_eq(park_capture(pk, s, -1, 0, NULL, &err), 0);
     park_persist_flush(pk);
     park_get_stats(pk, &st);
     ck_assert_int_eq(st.persist.saved, 1);
@@ -657,7 +616,7 @@ START_TEST(persist_floor_no_growth)
             *tc = random_tokens(500, 63);
     strata_seq *s = strata_seq_new(e, &err);
     ck_assert_int_eq(strata_seq_feed(s, ta, 300, NULL, NULL, &err), 0);
-    ck_assert_int_eq(park_capture(pk, s, 0, NULL, &err), 0);
+    ck_assert_int_eq(park_capture(pk, s, -1, 0, NULL, &err), 0);
     convcache_stats cs;
     convcache_get_stats(park_cache(pk), &cs);
     size_t full = cs.bytes_used;
@@ -666,7 +625,7 @@ START_TEST(persist_floor_no_growth)
     fake_avail = (uint64_t)10 << 20;
     strata_seq_reset(s);
     ck_assert_int_eq(strata_seq_feed(s, tb, 200, NULL, NULL, &err), 0);
-    ck_assert_msg(park_capture(pk, s, 0, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(park_capture(pk, s, -1, 0, NULL, &err) == 0, "%s", err.msg);
     convcache_get_stats(park_cache(pk), &cs);
     ck_assert_uint_le(cs.bytes_used, full);
     ck_assert_int_eq(cs.images, 1);
@@ -676,7 +635,7 @@ START_TEST(persist_floor_no_growth)
     /* C needs more than the cache can give back: declined, nothing changes */
     strata_seq_reset(s);
     ck_assert_int_eq(strata_seq_feed(s, tc, 500, NULL, NULL, &err), 0);
-    int rc = park_capture(pk, s, 0, NULL, &err);
+    int rc = park_capture(pk, s, -1, 0, NULL, &err);
     ck_assert_int_eq(rc, STRATA_E_LIMIT);
     ck_assert_msg(strstr(err.msg, "--conversation-cache-min-free-mib"), "%s", err.msg);
     convcache_get_stats(park_cache(pk), &cs);

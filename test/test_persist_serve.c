@@ -190,9 +190,10 @@ static answer ask(const srv *sv, const char *dir, const convo *c, int max_tokens
 
 /* The tokens a conversation's image holds after answer a: its prompt and
  * answer, less the answer's last token when the answer ended by a limit
- * (that token was sampled, never read, so it is in no K/V; the next turn
- * reads it from its text).  An answer that ended by a stop token holds
- * all its tokens: the stop token is not part of the text. */
+ * (that token was sampled, never read, so it is in no K/V; the image keeps
+ * its id as the pending token, and the next turn reads it).  An answer
+ * that ended by a stop token holds all its tokens: the stop token is not
+ * part of the text. */
 static int image_tokens(const answer *a)
 {
     return a->prompt + a->completion - (strcmp(a->finish, "stop") != 0);
@@ -278,7 +279,7 @@ START_TEST(persist_serve_index_from_ids)
 
     convindex *x = convindex_new(16, 1 << 20);
     ck_assert_ptr_nonnull(x);
-    ck_assert_int_eq(convindex_add_ids(x, t, ids.ids, ids.n), 1); /* chat only */
+    ck_assert_int_eq(convindex_add_ids(x, t, ids.ids, ids.n, -1), 1); /* chat only */
     ck_assert_int_eq(convindex_find(x, 1, full, strlen(full), &got), strlen(text));
     ck_assert_int_eq(got.n, ids.n);
     ck_assert(!memcmp(got.ids, ids.ids, ids.n * sizeof *ids.ids));
@@ -292,7 +293,7 @@ START_TEST(persist_serve_index_from_ids)
     if (skip)
         tok_ids_push(&lit, tokenizer_bos(t));
     encode(t, "say <|im_start|> twice", 0, &lit);
-    ck_assert_int_eq(convindex_add_ids(x, t, lit.ids, lit.n), 1);
+    ck_assert_int_eq(convindex_add_ids(x, t, lit.ids, lit.n, -1), 1);
     ck_assert_int_eq(convindex_find(x, 1, "say <|im_start|> twice more", 27, &got), 0);
     ck_assert_int_eq(convindex_find(x, 0, "say <|im_start|> twice more", 27, &got), 22);
     ck_assert_int_eq(got.n, lit.n);
@@ -302,7 +303,7 @@ START_TEST(persist_serve_index_from_ids)
     if (skip)
         tok_ids_push(&cut, tokenizer_bos(t));
     encode(t, "caf\xC3", 0, &cut);
-    ck_assert_int_eq(convindex_add_ids(x, t, cut.ids, cut.n), 2);
+    ck_assert_int_eq(convindex_add_ids(x, t, cut.ids, cut.n, -1), 2);
     got.n = 0;
     ck_assert_int_eq(convindex_find(x, 1, "caf\xEF\xBF\xBD and", 10, &got), 6);
     ck_assert_int_eq(got.n, cut.n);
@@ -310,7 +311,7 @@ START_TEST(persist_serve_index_from_ids)
 
     /* ids that are not this tokenizer's: nothing */
     int32_t bad[] = {1, -5, 2};
-    ck_assert_int_eq(convindex_add_ids(x, t, bad, 3), 0);
+    ck_assert_int_eq(convindex_add_ids(x, t, bad, 3, -1), 0);
     tok_ids_free(&ids);
     tok_ids_free(&canon);
     tok_ids_free(&got);
@@ -321,11 +322,99 @@ START_TEST(persist_serve_index_from_ids)
 }
 END_TEST
 
+/* The ids a server gives a request's text: the longest entry of the index
+ * it begins with, then the rest encoded (serve/openai.c's prompt_ids). */
+static void read_ids(convindex *x, const tokenizer *t, const char *text, tok_ids *out)
+{
+    size_t n = strlen(text), m = convindex_find(x, 1, text, n, out);
+    strata_error err = {0};
+    ck_assert_msg(tokenizer_encode(t, text + m, n - m,
+                                   TOK_ENCODE_SPECIAL | (m ? 0 : TOK_ENCODE_ADD_BOS), out,
+                                   &err) == 0, "%s", err.msg);
+}
+
+/* An answer cut by max_tokens inside a character: its last two tokens are
+ * the first two bytes of "\u20ac" (E2 82 AC), and the last was sampled and
+ * sent but never fed, so the saved image lacks it.  The server that gave
+ * the answer remembered the text it sent (each pending byte as U+FFFD) with
+ * every id; the restarted one rebuilds its entry from the image's ids and
+ * its pending token, and must read the resent history as the same ids.
+ * Without the pending token its entry's text ends one U+FFFD short, and
+ * that U+FFFD is encoded afresh: other ids, and more of them. */
+START_TEST(persist_serve_index_cut_answer)
+{
+    tokenizer *t = test_demo_tokenizer();
+    if (!t)
+        TEST_SKIP("model", "demo model not found (STRATA_MODEL or ~/.cache/strata)");
+    const char *prompt = "<|im_start|>user\nPrice?<|im_end|>\n<|im_start|>assistant\n";
+    const char *next = "<|im_end|>\n<|im_start|>user\nAnd more<|im_end|>\n"
+                       "<|im_start|>assistant\n";
+    tok_ids ids = {0}, b1 = {0}, b2 = {0};
+    if (tokenizer_add_bos(t) && tokenizer_bos(t) >= 0)
+        tok_ids_push(&ids, tokenizer_bos(t));
+    encode(t, prompt, TOK_ENCODE_SPECIAL, &ids);
+    size_t n_prompt = ids.n;
+    encode(t, "It costs 5", 0, &ids);
+    encode(t, "\xE2", 0, &b1);
+    encode(t, "\x82", 0, &b2);
+    ck_assert_int_eq(b1.n, 1);
+    ck_assert_int_eq(b2.n, 1);
+    tok_ids_push(&ids, b1.ids[0]);
+    tok_ids_push(&ids, b2.ids[0]);   /* the pending token */
+
+    /* the live server's entry: the prompt's text, the answer as streamed */
+    tokdec *d = NULL;
+    strata_error err = {0};
+    ck_assert_int_eq(tokdec_new(t, 0, &d, &err), 0);
+    char live[512];
+    size_t at = (size_t)snprintf(live, sizeof live, "%s", prompt), l = 0;
+    for (size_t i = n_prompt; i <= ids.n; i++) {
+        const char *p = i < ids.n ? tokdec_push(d, ids.ids[i], &l, &err) : tokdec_flush(d, &l);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_lt(at + l, sizeof live);
+        memcpy(live + at, p, l);
+        at += l;
+    }
+    live[at] = '\0';
+    tokdec_free(d);
+    ck_assert_msg(strstr(live, "5\xEF\xBF\xBD\xEF\xBF\xBD"), "the answer is not cut: %s", live);
+    convindex *xl = convindex_new(16, 1 << 20), *xr = convindex_new(16, 1 << 20);
+    ck_assert_int_eq(convindex_add(xl, 1, live, at, ids.ids, ids.n), 0);
+    /* the restarted server's: the image's ids and its pending token */
+    ck_assert_int_eq(convindex_add_ids(xr, t, ids.ids, ids.n - 1, ids.ids[ids.n - 1]), 1);
+
+    char full[1024];
+    snprintf(full, sizeof full, "%s%s", live, next);
+    tok_ids rl = {0}, rr = {0};
+    read_ids(xl, t, full, &rl);
+    read_ids(xr, t, full, &rr);
+    size_t same = 0;
+    while (same < rl.n && same < rr.n && rl.ids[same] == rr.ids[same])
+        same++;
+    ck_assert_msg(rl.n == rr.n && same == rl.n, "turn 2: %zu ids on the server that gave the "
+                  "answer, %zu after the restart, the same up to %zu (the image holds %zu)",
+                  rl.n, rr.n, same, ids.n - 1);
+    ck_assert_uint_gt(rl.n, ids.n);
+    ck_assert(!memcmp(rl.ids, ids.ids, ids.n * sizeof *ids.ids));
+    tok_ids_free(&ids);
+    tok_ids_free(&b1);
+    tok_ids_free(&b2);
+    tok_ids_free(&rl);
+    tok_ids_free(&rr);
+    convindex_free(xl);
+    convindex_free(xr);
+    tokenizer_free(t);
+}
+END_TEST
+
 /* The tiny generated model: one turn, a restart, the history resent.  Its
  * noise answer is not its text's own encoding (a fresh server encodes the
  * history into other ids), so only the rebuilt index gives the restarted
  * server the ids its image holds: then turn 1's whole image is restored,
- * and turn 2 is what a server that never stopped answers. */
+ * and turn 2 is what a server that never stopped answers.  With the k8v4r2
+ * cache the 12-token answer ends, at its limit, in byte tokens cut inside a
+ * character: only the image's pending token makes the restarted server
+ * read turn 2 as the same 51 ids (53 without it). */
 START_TEST(persist_serve_restart)
 {
     const char *cli = test_cli();
@@ -512,6 +601,7 @@ static Suite *persist_serve_suite(void)
     TCase *tc = tcase_create("persist_serve");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, persist_serve_index_from_ids);
+    tcase_add_test(tc, persist_serve_index_cut_answer);
     tcase_add_test(tc, persist_serve_restart);
     tcase_add_test(tc, persist_serve_demo_restarts);
     suite_add_tcase(s, tc);

@@ -177,7 +177,7 @@ START_TEST(rotation_cuts_k8v4_error_on_outliers)
 }
 END_TEST
 
-/* The default KV type is the rotated one where the head dim allows it, and
+/* The default KV type is k8v4r2 where the head dim allows the rotation, and
  * falls back to plain k8v4 where it does not; asking for k8v4r there is a
  * clear error. */
 static strata_engine *open_kv(const char *path, int kv, int *rc, strata_error *err)
@@ -193,9 +193,10 @@ static strata_engine *open_kv(const char *path, int kv, int *rc, strata_error *e
     return e;
 }
 
-/* DEFAULT resolves to plain k8v4 whatever the head dim (engine/engine.c says
- * why k8v4r2 is not the default yet); an explicit k8v4r or k8v4r2 is taken
- * where the head dim allows it and refused where not. */
+/* DEFAULT resolves to k8v4r2 where the head dim is a power of two in
+ * 32..512 and to plain k8v4 elsewhere (engine/engine.c); an explicit k8v4,
+ * k8v4r or k8v4r2 is taken where the head dim allows it, the rotated ones
+ * refused where not. */
 START_TEST(default_kv_type_follows_the_head_dim)
 {
     if (!test_cli())
@@ -219,6 +220,10 @@ START_TEST(default_kv_type_follows_the_head_dim)
     strata_error err = {0};
     int rc;
     strata_engine *e = open_kv(p64, STRATA_KV_DEFAULT, &rc, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    ck_assert_int_eq(strata_kv_type(e), STRATA_KV_K8V4R2);
+    strata_close(e);
+    e = open_kv(p64, STRATA_KV_K8V4, &rc, &err);
     ck_assert_msg(rc == 0, "%s", err.msg);
     ck_assert_int_eq(strata_kv_type(e), STRATA_KV_K8V4);
     strata_close(e);

@@ -185,7 +185,7 @@ static int timed_capture(bench *b, strata_seq *s, int serial, int flags, int *ki
     park_get_stats(b->pk, &before);
     set_serial(b, serial);
     double t0 = bc_now();
-    int rc = park_capture(b->pk, s, flags, kind, err);
+    int rc = park_capture(b->pk, s, -1, flags, kind, err);
     double t = bc_now() - t0;
     if (rc)
         return rc;

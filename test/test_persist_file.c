@@ -1,0 +1,137 @@
+/* test_persist_file.c: the saved conversation's file format (suite
+ * persist_file; park/persist_file.c, doc/convcache.md "The file"): fields
+ * that a version added, read back from files of every version this build
+ * reads, and bad values refused naming the file, the field and the value.
+ * The rest of the saving is suite persist (test_persist.c). */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/convcache.h"
+#include "cache/xxh64.h"
+#include "engine/engine_internal.h"
+#include "park/park.h"
+#include "park/persist.h"
+#include "test_persist.h"
+
+/* The file's checksum recomputed after a header edit (persist_file.c:
+ * XXH64 chained over the header, the tokens and each layer). */
+static void rechecksum(uint8_t *b, size_t bytes, int n, int n_layer)
+{
+    uint64_t h = xxh64(b, 96, 0x5354524b56494d47ull);   /* "STRKVIMG" */
+    h = xxh64(b + 96, (size_t)n * 4, h);
+    size_t lb = (bytes - 96 - (size_t)n * 4 - 8) / (size_t)n_layer;
+    for (int l = 0; l < n_layer; l++)
+        h = xxh64(b + 96 + (size_t)n * 4 + (size_t)l * lb, lb, h);
+    for (int i = 0; i < 8; i++)
+        b[bytes - 8 + i] = (uint8_t)(h >> (8 * i));
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void on_load_pending(const int32_t *tokens, int n, int32_t pending, void *user)
+{
+    (void)tokens;
+    (void)n;
+    *(int32_t *)user = pending;
+}
+
+/* The pending token (sampled after the image's tokens, never fed: the last
+ * token of an answer cut by its length) goes to the file and back, to the
+ * image and to on_load; a version 1 file (none saved) loads without one; a
+ * value outside the vocabulary or an unknown version is refused by name. */
+START_TEST(persist_pending_token_saved)
+{
+    strata_engine *e = open_engine(model_a(), NULL, STRATA_KV_DEFAULT);
+    int32_t *t = random_tokens(100, 51);
+    strata_error err = {0};
+    strata_park *pk = park_new(e, 64, 16, &err);
+    ck_assert_msg(pk != NULL, "park_new: %s", err.msg);
+    strata_seq *s = strata_seq_new(e, &err);
+    ck_assert_msg(strata_seq_feed(s, t, 100, NULL, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(park_capture(pk, s, 123, 0, NULL, &err) == 0, "%s", err.msg);
+    convcache_image *img = NULL;
+    ck_assert_int_eq(convcache_find(park_cache(pk), t, 100, &img), 100);
+    ck_assert_int_eq(convcache_image_pending(img), 123);
+    persist_id id;
+    ck_assert_int_eq(persist_identity(e, &id, &err), 0);
+    const char *dir = test_tmpdir();
+    char *path = path_in(dir, "00000000000000cc" PERSIST_SUFFIX);
+    uint64_t bytes = 0;
+    ck_assert_int_eq(persist_write_file(&id, img, path, &bytes, &err), 0);
+
+    convcache *c = plain_cache(e->n_stages);
+    convcache_image *back = NULL;
+    ck_assert_msg(persist_load_file(&id, c, path, &back, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(convcache_image_pending(back), 123);
+    convcache_free(c);
+    int32_t got = -7;
+    persist_params pp = {.dir = dir, .on_load = on_load_pending, .load_user = &got};
+    c = plain_cache(e->n_stages);
+    persist *ps = persist_new(e, c, &pp, &err);
+    ck_assert_msg(ps != NULL, "%s", err.msg);
+    ck_assert_int_eq(got, 123);
+    persist_free(ps);
+    convcache_free(c);
+
+    FILE *f = fopen(path, "rb");
+    uint8_t *orig = malloc(bytes), *b = malloc(bytes);
+    ck_assert_int_eq(fread(orig, 1, bytes, f), bytes);
+    fclose(f);
+    struct {
+        uint32_t version, pending;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {1, 0, 0, NULL},                  /* version 1: zeros there, no pending token */
+        {2, 0xffffffffu, 0, NULL},        /* none */
+        {2, N_VOCAB, STRATA_E_FORMAT, "field pending token (offset 80) is 400"},
+        {3, 123, STRATA_E_FORMAT, "format version 3"},
+    };
+    for (int k = 0; k < 4; k++) {
+        memcpy(b, orig, bytes);
+        put_le32(b + 8, cases[k].version);
+        put_le32(b + 80, cases[k].pending);
+        rechecksum(b, bytes, 100, (int)id.n_layer);
+        f = fopen(path, "wb");
+        ck_assert_int_eq(fwrite(b, 1, bytes, f), bytes);
+        fclose(f);
+        c = plain_cache(e->n_stages);
+        back = NULL;
+        strata_err_clear(&err);
+        int rc = persist_load_file(&id, c, path, &back, &err);
+        ck_assert_msg(rc == cases[k].rc, "case %d: rc %d: %s", k, rc, err.msg);
+        if (rc)
+            ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, cases[k].says), "case %d: %s",
+                          k, err.msg);
+        else
+            ck_assert_int_eq(convcache_image_pending(back), -1);
+        convcache_free(c);
+    }
+    free(orig);
+    free(b);
+    free(path);
+    free(t);
+    strata_seq_free(s);
+    park_free(pk);
+    strata_close(e);
+}
+END_TEST
+
+static Suite *persist_file_suite(void)
+{
+    Suite *s = suite_create("persist_file");
+    TCase *tc = tcase_create("persist_file");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, persist_pending_token_saved);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_SUITE(persist_file_suite)
