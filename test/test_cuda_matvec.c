@@ -94,7 +94,8 @@ END_TEST
 
 /* The decode kernel's variants (cuda_matvec_variants; doc/cuda-kernels.md,
  * "Occupancy at n = 1": one token's activations, deeper rings, IQ3_XXS's
- * one-mma signs, Q2_0's two blocks an SM): each of the 15 bitwise what
+ * one-mma signs, Q2_0's two blocks an SM, the next tile read ahead): each
+ * of the 31 bitwise what
  * variant 0, the kernels before them, writes, plain and with the SwiGLU
  * fused, for n = 1, 3, 8 and every shape (split k, the persistent loop). */
 START_TEST(matvec_variants_bitwise)
@@ -114,7 +115,7 @@ START_TEST(matvec_variants_bitwise)
                          60 + s, 0);
             for (int k = 0; k < 3; k++)
                 for (int fused = 0; fused < 2; fused++)
-                    for (int occ = 0; occ <= 15; occ++) {
+                    for (int occ = 0; occ <= 31; occ++) {
                         const int n = ns[k];
                         strata_error err = {0};
                         cuda_matvec_variants(occ);

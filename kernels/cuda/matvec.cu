@@ -80,9 +80,10 @@ __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb
 
 /* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns);
  * D: the ring's depth; ONE: IQ3_XXS's one-mma signs; MINB: blocks an SM
- * holds (the registers ptxas may use: 2 needs 64 a thread).  The variants
- * and which launch takes which: mv_variant below. */
-template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false, int MINB = 1>
+ * holds (the registers ptxas may use: 2 needs 64 a thread); PIPE: the next
+ * tile read out of the ring ahead (run_tiles_ring).  The variants and which
+ * launch takes which: mv_variant below. */
+template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false, int MINB = 1, bool PIPE = false>
 __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a
         const int R = rb * MV_WARPS + warp;
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt)
-            run_tiles_ring<TYPE, N1, D, ONE>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
+            run_tiles_ring<TYPE, N1, D, ONE, PIPE>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
                                      smem + mv_ring_off(a.l, warp), lane, it == 0);
         if (a.p.nseg == 1) {
 #pragma unroll
@@ -199,17 +200,25 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a
  *   MV_OCC_DEEP  n = 1: deeper rings in that room (IQ3_XXS 5 tiles, Q2_0 16);
  *   MV_OCC_ONE   IQ3_XXS, every n: one mma a sub-block (tile_mma_iq3's ONE);
  *   MV_OCC_TWO   Q2_0, n = 1: two blocks an SM (64 registers, rings of 8,
- *                one token's activations: 106784 bytes at most a block).
+ *                one token's activations: 106784 bytes at most a block);
+ *   MV_OCC_PIPE  n = 1: the next tile out of the ring ahead of the
+ *                arithmetic (run_tiles_ring's PIPE).
  * plan_occ() (STRATA_MV_OCC) picks them, once per process. */
 struct MvVariant {
     void (*kern)(const MvArgs);
     int tokens, depth;
 };
+/* A one-token instance, PIPE known at run time. */
+template <int TYPE, int D, bool ONE, int MINB = 1> static void (*mv_n1(bool pipe))(const MvArgs)
+{
+    return pipe ? matvec_kernel<TYPE, true, D, ONE, MINB, true> : matvec_kernel<TYPE, true, D, ONE, MINB, false>;
+}
 template <int TYPE> static MvVariant mv_variant(int n, int occ)
 {
     MvVariant v = {matvec_kernel<TYPE>, MV_COLS, Ring<TYPE>::D};
+    const bool deep = occ & MV_OCC_DEEP, pipe = occ & MV_OCC_PIPE;
     if constexpr (TYPE == GGML_TYPE_IQ3_XXS) {
-        const bool one = occ & MV_OCC_ONE, deep = occ & MV_OCC_DEEP;
+        const bool one = occ & MV_OCC_ONE;
         if (n != 1) {
             if (one)
                 v.kern = matvec_kernel<TYPE, false, 4, true>;
@@ -217,20 +226,21 @@ template <int TYPE> static MvVariant mv_variant(int n, int occ)
         }
         v.tokens = occ & (MV_OCC_ACT1 | MV_OCC_DEEP) ? 1 : MV_COLS; /* the deeper ring needs the room */
         v.depth = deep ? 5 : 4;
-        v.kern = deep ? (one ? matvec_kernel<TYPE, true, 5, true> : matvec_kernel<TYPE, true, 5, false>)
-                      : (one ? matvec_kernel<TYPE, true, 4, true> : matvec_kernel<TYPE, true, 4, false>);
+        /* depth 5 with PIPE but two mmas spills (8 bytes): not built */
+        if (one)
+            v.kern = deep ? mv_n1<TYPE, 5, true>(pipe) : mv_n1<TYPE, 4, true>(pipe);
+        else
+            v.kern = deep ? matvec_kernel<TYPE, true, 5> : mv_n1<TYPE, 4, false>(pipe);
     } else if constexpr (TYPE == GGML_TYPE_Q2_0) {
         if (n != 1)
             return v;
         v.tokens = occ & (MV_OCC_ACT1 | MV_OCC_DEEP | MV_OCC_TWO) ? 1 : MV_COLS;
         if (occ & MV_OCC_TWO) {
             v.depth = 8;
-            v.kern = matvec_kernel<TYPE, true, 8, false, 2>;
-        } else if (occ & MV_OCC_DEEP) {
-            v.depth = 16;
-            v.kern = matvec_kernel<TYPE, true, 16>;
+            v.kern = mv_n1<TYPE, 8, false, 2>(pipe);
         } else {
-            v.kern = matvec_kernel<TYPE, true>;
+            v.depth = deep ? 16 : 12;
+            v.kern = deep ? mv_n1<TYPE, 16, false>(pipe) : mv_n1<TYPE, 12, false>(pipe);
         }
     }
     return v;
@@ -240,7 +250,7 @@ static int mv_occ_set = -1; /* cuda_matvec_variants */
 
 extern "C" int cuda_matvec_variants(int occ)
 {
-    return __atomic_exchange_n(&mv_occ_set, occ < 0 ? -1 : occ & MV_OCC, __ATOMIC_RELAXED);
+    return __atomic_exchange_n(&mv_occ_set, occ < 0 ? -1 : occ & MV_OCC_ALL, __ATOMIC_RELAXED);
 }
 
 /* a: the launch's arguments but its layout (set here, for the variant) */

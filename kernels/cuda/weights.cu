@@ -315,7 +315,7 @@ static void plan_read()
     /* KiB a warp prefetches into L2 before the wait (l2prefetch.cuh); 0: none */
     plan_pf = env_int("STRATA_L2_PREFETCH", L2PF_KIB, 0, 1024);
     /* the decode kernel's variants (matvec.cu, mv_variant): MV_OCC_* bits */
-    plan_o = env_int("STRATA_MV_OCC", MV_OCC, 0, 15);
+    plan_o = env_int("STRATA_MV_OCC", MV_OCC, 0, MV_OCC_ALL);
 }
 int plan_occ()
 {

@@ -111,6 +111,8 @@ constexpr int MV_OCC_ACT1 = 1; /* n = 1: one token's activations in shared memor
 constexpr int MV_OCC_DEEP = 2; /* n = 1: deeper rings (IQ3_XXS 5, Q2_0 16) */
 constexpr int MV_OCC_ONE = 4;  /* IQ3_XXS: one mma a sub-block */
 constexpr int MV_OCC_TWO = 8;  /* Q2_0, n = 1: two blocks an SM */
+constexpr int MV_OCC_PIPE = 16; /* n = 1: the next tile out of the ring ahead */
+constexpr int MV_OCC_ALL = 31;
 constexpr int MV_OCC = MV_OCC_ACT1 | MV_OCC_DEEP | MV_OCC_ONE | MV_OCC_TWO;
 int plan_occ();
 
@@ -983,11 +985,30 @@ __device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1
     }
 }
 
+/* One decode tile from the ring's registers: the int8 tiles' decoders with
+ * the decode kernel's options (the table base tb 64 KiB aligned, N1, ONE). */
+template <int TYPE, bool N1, bool ONE>
+__device__ __forceinline__ void ring_tile(const Raw<TYPE> &cur, const Act &a, int k0, float (&acc)[1][4],
+                                          uint32_t tb, const uint8_t *tab, int lane)
+{
+    constexpr Geo gm = geo(TYPE);
+    if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
+        tile_mma_iq3<1, false, true, N1, ONE>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+    else if constexpr (TYPE == GGML_TYPE_Q2_0)
+        tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+    else
+        tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+}
+
 /* run_tiles with the loads going through this warp's ring (decode, NG = 1);
  * primed: ring_prime<TYPE, D> already issued the first tiles.  D: the
  * ring's depth (the one-token kernels may run other depths than
- * Ring<TYPE>::D: matvec.cu); ONE: tile_mma_iq3's one-mma signs. */
-template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false>
+ * Ring<TYPE>::D: matvec.cu); ONE: tile_mma_iq3's one-mma signs; PIPE
+ * (IQ3_XXS, Q2_0): the next tile's bytes come out of the ring into
+ * registers before this tile's arithmetic, so their shared-memory loads
+ * overlap it (a tile fewer in flight from DRAM: D - 2 behind the one read).
+ * The same tiles in the same order either way. */
+template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false, bool PIPE = false>
 __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
                                                float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane,
                                                bool primed)
@@ -1023,6 +1044,29 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
             tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             i = i + 1 == D ? 0 : i + 1;
         }
+    } else if constexpr (PIPE) {
+        static_assert(D >= 3, "PIPE reads one tile ahead of D - 2 in flight");
+        Raw<TYPE> nxt;
+        cp_wait<D - 2>();
+        ring_read<TYPE>(nxt, ring, lane);
+        for (int T = t0; T < t1; T += D) {
+#pragma unroll
+            for (int i = 0; i < D; ++i) {
+                const int tt = T + i;
+                if (tt < t1) {
+                    /* the slot of tile tt - 1, read two steps ago */
+                    if (tt + D - 1 < t1)
+                        ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
+                    cp_commit();
+                    const Raw<TYPE> cur = nxt;
+                    if (tt + 1 < t1) {
+                        cp_wait<D - 2>();
+                        ring_read<TYPE>(nxt, ring + ((i + 1) % D) * SLOT, lane);
+                    }
+                    ring_tile<TYPE, N1, ONE>(cur, a, (tt - kbase) * gm.kt, acc, tb, tab, lane);
+                }
+            }
+        }
     } else {
         for (int T = t0; T < t1; T += D) {
 #pragma unroll
@@ -1035,13 +1079,7 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
                     cp_wait<D - 1>();
                     Raw<TYPE> cur;
                     ring_read<TYPE>(cur, ring + i * SLOT, lane);
-                    const int k0 = (tt - kbase) * gm.kt;
-                    if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
-                        tile_mma_iq3<1, false, true, N1, ONE>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
-                    else if constexpr (TYPE == GGML_TYPE_Q2_0)
-                        tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
-                    else
-                        tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                    ring_tile<TYPE, N1, ONE>(cur, a, (tt - kbase) * gm.kt, acc, tb, tab, lane);
                 }
             }
         }
