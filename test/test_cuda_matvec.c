@@ -92,51 +92,6 @@ START_TEST(matvec_batch_invariant)
 }
 END_TEST
 
-/* The decode kernel's variants (cuda_matvec_variants; doc/cuda-kernels.md,
- * "Occupancy at n = 1": one token's activations, deeper rings, IQ3_XXS's
- * one-mma signs, Q2_0's two blocks an SM, the next tile read ahead): each
- * of the 31 bitwise what
- * variant 0, the kernels before them, writes, plain and with the SwiGLU
- * fused, for n = 1, 3, 8 and every shape (split k, the persistent loop). */
-START_TEST(matvec_variants_bitwise)
-{
-    const char *why;
-    if (!test_have_gpu(&why))
-        TEST_SKIP("gpu", why);
-    const int types[] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_Q2_0}, ns[] = {1, 3, 8};
-    for (int ti = 0; ti < 2; ti++)
-        for (int s = 0; s < MV_NSHAPES; s++) {
-            if (test_small() && !(s < 2 || s == MV_NSHAPES - 1))
-                continue;
-            const int type = types[ti];
-            const int64_t rows = mv_shapes[s][0], cols = mv_shapes[s][1];
-            cw_case c; /* 16 rows of x: the SwiGLU's g (0..7) and u (8..15) */
-            cw_case_init(&c, type, cw_random_weights(type, rows, cols, 900 + 10 * ti + s), rows, cols, 16,
-                         60 + s, 0);
-            for (int k = 0; k < 3; k++)
-                for (int fused = 0; fused < 2; fused++)
-                    for (int occ = 0; occ <= 31; occ++) {
-                        const int n = ns[k];
-                        strata_error err = {0};
-                        cuda_matvec_variants(occ);
-                        cw_poison(c.dy, (size_t)(n * rows));
-                        const int rc = fused ? cuda_matvec_swiglu(type, c.dw, rows, cols, NULL, n, c.dx,
-                                                                  c.dx + 8 * cols, cols, c.dy, 0, &err)
-                                             : cuda_matvec(type, c.dw, rows, cols, c.dx, n, c.dy, 0, &err);
-                        ck_assert_msg(rc == 0, "%s", err.msg);
-                        cw_fetch(occ ? c.y : c.yv, c.dy, (size_t)(n * rows));
-                        char what[96];
-                        snprintf(what, sizeof what, "%lld x %lld n=%d%s, variant %d against 0", (long long)rows,
-                                 (long long)cols, n, fused ? " SwiGLU" : "", occ);
-                        if (occ)
-                            cw_assert_bitwise(type, what, c.y, c.yv, n, rows);
-                    }
-            cuda_matvec_variants(-1);
-            cw_case_free(&c);
-        }
-}
-END_TEST
-
 /* MoE decode: the expert index comes from device memory. */
 START_TEST(matvec_expert_by_pointer)
 {
@@ -484,8 +439,6 @@ START_TEST(matvec_matches_reference) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 START_TEST(matvec_batch_invariant) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
-START_TEST(matvec_variants_bitwise) { TEST_SKIP("gpu", "built without CUDA"); }
-END_TEST
 START_TEST(matvec_expert_by_pointer) { TEST_SKIP("gpu", "built without CUDA"); }
 END_TEST
 START_TEST(matvec_experts_equal_one_by_one) { TEST_SKIP("gpu", "built without CUDA"); }
@@ -508,7 +461,6 @@ static Suite *cuda_matvec_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, matvec_matches_reference);
     tcase_add_test(tc, matvec_batch_invariant);
-    tcase_add_test(tc, matvec_variants_bitwise);
     tcase_add_test(tc, matvec_expert_by_pointer);
     tcase_add_test(tc, matvec_experts_equal_one_by_one);
     tcase_add_test(tc, matvec_fused_equal_unfused);

@@ -112,13 +112,6 @@ int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, cons
                        int n, const float *g, const float *u, int64_t xstride, float *y,
                        cudaStream_t stream, strata_error *err);
 
-/* For tests and benchmarks: the decode kernel's variants for IQ3_XXS and
- * Q2_0 that the next launches of this process use (the MV_OCC_* bits of
- * kernels/cuda/wtile.cuh; doc/cuda-kernels.md, "Occupancy at n = 1"), or -1:
- * STRATA_MV_OCC's, else the default.  Every variant gives the same bits.
- * Returns the previous setting. */
-int cuda_matvec_variants(int occ);
-
 /* The decode kernels' k-segment fold.  A matrix whose columns are cut into
  * several segments (short, wide ones: 4096 x 4096) adds the segments'
  * partial sums through device scratch attached to the stream: one ticket

@@ -58,9 +58,10 @@ __device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes)
  * at most cap bytes.  Packed tiles: an m-tile's k-tiles are contiguous
  * (raw_load's address), one prefetch by lane 0.  F16 / BF16 (row-major):
  * lane r < 16 prefetches row R * 16 + r's columns, cap / 16 bytes of it. */
-template <int TYPE, int D = Ring<TYPE>::D>
+template <int TYPE>
 __device__ __forceinline__ void tiles_l2_prefetch(const Wsrc &ws, int R, int t0, int t1, int cap, int lane)
 {
+    constexpr int D = Ring<TYPE>::D;
     constexpr Geo gm = geo(TYPE);
     const int ta = t0 + D - 1;
     if (cap <= 0 || ta >= t1)

@@ -78,13 +78,8 @@ __device__ __forceinline__ void fold_segments(const MvArgs &a, float *ay, int rb
     mv_fold(a.tick, a.part, ay, (size_t)blockIdx.z * a.nrb + rb, rb, a.n, a.ws.rows, a.p.nseg, blockIdx.y, acc, warp, lane);
 }
 
-/* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns);
- * D: the ring's depth; ONE: IQ3_XXS's one-mma signs; MINB: blocks an SM
- * holds (the registers ptxas may use: 2 needs 64 a thread); PIPE: the next
- * tile read out of the ring ahead (run_tiles_ring).  The variants and which
- * launch takes which: mv_variant below. */
-template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false, int MINB = 1, bool PIPE = false>
-__global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a)
+/* N1: n = 1 (IQ3_XXS and Q2_0: their tiles then skip the odd token columns) */
+template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREADS, 1) matvec_kernel(const MvArgs a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr Geo gm = geo(TYPE);
@@ -122,8 +117,8 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a
      * the activations are prepared (they depend on neither). */
     const int R0 = blockIdx.x * MV_WARPS + warp;
     if (blockIdx.x < a.nrb && R0 < a.p.mt) {
-        ring_prime<TYPE, D>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
-        tiles_l2_prefetch<TYPE, D>(ws, R0, t0, t1, a.pf, lane); /* the rest of the first pass, into L2 */
+        ring_prime<TYPE>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
+        tiles_l2_prefetch<TYPE>(ws, R0, t0, t1, a.pf, lane); /* the rest of the first pass, into L2 */
     }
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init_dec(smem + a.l.off_tab);
@@ -176,7 +171,7 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a
         const int R = rb * MV_WARPS + warp;
         float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
         if (R < a.p.mt)
-            run_tiles_ring<TYPE, N1, D, ONE, PIPE>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
+            run_tiles_ring<TYPE, N1>(ws, R, t0, t1, t0, act, acc, smem + a.l.off_tab,
                                      smem + mv_ring_off(a.l, warp), lane, it == 0);
         if (a.p.nseg == 1) {
 #pragma unroll
@@ -191,76 +186,13 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) matvec_kernel(const MvArgs a
     }
 }
 
-/* ---- the decode kernel's variants (doc/cuda-kernels.md, "Occupancy at n = 1")
- * Which instance of matvec_kernel a launch runs and the shared-memory layout
- * it gets.  Every variant computes the same bits (the same tiles in the same
- * order, the same integer dots); they differ in what holds the SM:
- *   MV_OCC_ACT1  n = 1: the layout holds one token's activations, not
- *                MV_COLS (the B loads read token 0's row with stride 0);
- *   MV_OCC_DEEP  n = 1: deeper rings in that room (IQ3_XXS 5 tiles, Q2_0 16);
- *   MV_OCC_ONE   IQ3_XXS, every n: one mma a sub-block (tile_mma_iq3's ONE);
- *   MV_OCC_TWO   Q2_0, n = 1: two blocks an SM (64 registers, rings of 8,
- *                one token's activations: 106784 bytes at most a block);
- *   MV_OCC_PIPE  n = 1: the next tile out of the ring ahead of the
- *                arithmetic (run_tiles_ring's PIPE).
- * plan_occ() (STRATA_MV_OCC) picks them, once per process. */
-struct MvVariant {
-    void (*kern)(const MvArgs);
-    int tokens, depth;
-};
-/* A one-token instance, PIPE known at run time. */
-template <int TYPE, int D, bool ONE, int MINB = 1> static void (*mv_n1(bool pipe))(const MvArgs)
-{
-    return pipe ? matvec_kernel<TYPE, true, D, ONE, MINB, true> : matvec_kernel<TYPE, true, D, ONE, MINB, false>;
-}
-template <int TYPE> static MvVariant mv_variant(int n, int occ)
-{
-    MvVariant v = {matvec_kernel<TYPE>, MV_COLS, Ring<TYPE>::D};
-    const bool deep = occ & MV_OCC_DEEP, pipe = occ & MV_OCC_PIPE;
-    if constexpr (TYPE == GGML_TYPE_IQ3_XXS) {
-        const bool one = occ & MV_OCC_ONE;
-        if (n != 1) {
-            if (one)
-                v.kern = matvec_kernel<TYPE, false, 4, true>;
-            return v;
-        }
-        v.tokens = occ & (MV_OCC_ACT1 | MV_OCC_DEEP) ? 1 : MV_COLS; /* the deeper ring needs the room */
-        v.depth = deep ? 5 : 4;
-        /* depth 5 with PIPE but two mmas spills (8 bytes): not built */
-        if (one)
-            v.kern = deep ? mv_n1<TYPE, 5, true>(pipe) : mv_n1<TYPE, 4, true>(pipe);
-        else
-            v.kern = deep ? matvec_kernel<TYPE, true, 5> : mv_n1<TYPE, 4, false>(pipe);
-    } else if constexpr (TYPE == GGML_TYPE_Q2_0) {
-        if (n != 1)
-            return v;
-        v.tokens = occ & (MV_OCC_ACT1 | MV_OCC_DEEP | MV_OCC_TWO) ? 1 : MV_COLS;
-        if (occ & MV_OCC_TWO) {
-            v.depth = 8;
-            v.kern = mv_n1<TYPE, 8, false, 2>(pipe);
-        } else {
-            v.depth = deep ? 16 : 12;
-            v.kern = deep ? mv_n1<TYPE, 16, false>(pipe) : mv_n1<TYPE, 12, false>(pipe);
-        }
-    }
-    return v;
-}
-
-static int mv_occ_set = -1; /* cuda_matvec_variants */
-
-extern "C" int cuda_matvec_variants(int occ)
-{
-    return __atomic_exchange_n(&mv_occ_set, occ < 0 ? -1 : occ & MV_OCC_ALL, __ATOMIC_RELAXED);
-}
-
-/* a: the launch's arguments but its layout (set here, for the variant) */
 template <int TYPE>
-static int mv_launch(MvArgs a, int smem_lo, int pairs, cudaStream_t stream, strata_error *err)
+static int mv_launch(const MvArgs &a, int pairs, cudaStream_t stream, strata_error *err)
 {
-    const int set = __atomic_load_n(&mv_occ_set, __ATOMIC_RELAXED);
-    const MvVariant v = mv_variant<TYPE>(a.n, set >= 0 ? set : plan_occ());
-    void (*kern)(const MvArgs) = v.kern;
-    a.l = mv_layout(TYPE, a.p, smem_lo, ring_bytes_per_warp(TYPE, v.depth), v.tokens);
+    void (*kern)(const MvArgs) = matvec_kernel<TYPE>;
+    constexpr bool n1 = TYPE == GGML_TYPE_IQ3_XXS || TYPE == GGML_TYPE_Q2_0; /* a one-token variant */
+    if (n1 && a.n == 1)
+        kern = matvec_kernel<TYPE, n1>;
     const size_t smem = (size_t)a.l.bytes;
     int cap = 0;
     const int rc = launch_capacity((const void *)kern, MV_THREADS, smem, 1, &cap, err);
@@ -406,8 +338,7 @@ int mv_fold_scratch(cudaStream_t stream, unsigned **tick, float **part, size_t *
     return 0;
 }
 
-static int mv_launch_type(int type, const MvArgs &a, int smem_lo, int total, cudaStream_t stream,
-                          strata_error *err);
+static int mv_launch_type(int type, const MvArgs &a, int total, cudaStream_t stream, strata_error *err);
 
 /* Where the decode kernel's dynamic shared memory starts in the shared
  * window (it has no static shared memory): after the block's reserved
@@ -511,6 +442,7 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
         if (rc)
             return rc;
     }
+    a.l = mv_layout(type, p, smem_lo);
     a.x = x;
     a.y = y;
     a.n = n;
@@ -519,25 +451,24 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     a.part = part;
     for (a.z0 = 0; a.z0 < total; a.z0 += zstep) { /* pairs past zstep: later launches, the same bits */
         const int nz = total - a.z0 < zstep ? total - a.z0 : zstep;
-        const int rc = mv_launch_type(type, a, smem_lo, nz, stream, err);
+        const int rc = mv_launch_type(type, a, nz, stream, err);
         if (rc)
             return rc;
     }
     return 0;
 }
 
-static int mv_launch_type(int type, const MvArgs &a, int smem_lo, int total, cudaStream_t stream,
-                          strata_error *err)
+static int mv_launch_type(int type, const MvArgs &a, int total, cudaStream_t stream, strata_error *err)
 {
     switch (type) {
-    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, smem_lo, total, stream, err);
-    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, smem_lo, total, stream, err);
-    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, smem_lo, total, stream, err);
-    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, smem_lo, total, stream, err);
-    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, smem_lo, total, stream, err);
-    case GGML_TYPE_BF16: return mv_launch<GGML_TYPE_BF16>(a, smem_lo, total, stream, err);
+    case GGML_TYPE_IQ3_XXS: return mv_launch<GGML_TYPE_IQ3_XXS>(a, total, stream, err);
+    case GGML_TYPE_Q2_0: return mv_launch<GGML_TYPE_Q2_0>(a, total, stream, err);
+    case GGML_TYPE_Q4_0: return mv_launch<GGML_TYPE_Q4_0>(a, total, stream, err);
+    case GGML_TYPE_Q8_0: return mv_launch<GGML_TYPE_Q8_0>(a, total, stream, err);
+    case GGML_TYPE_F16: return mv_launch<GGML_TYPE_F16>(a, total, stream, err);
+    case GGML_TYPE_BF16: return mv_launch<GGML_TYPE_BF16>(a, total, stream, err);
 #define MV_CASE(T)                                                                                       \
-    case T: return mv_launch<T>(a, smem_lo, total, stream, err);
+    case T: return mv_launch<T>(a, total, stream, err);
         WB_FOR_EACH(MV_CASE)
 #undef MV_CASE
     default: return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: type %s", type_name(type));

@@ -306,7 +306,7 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return (*end || x < lo || x > hi) ? dflt : (int)x;
 }
 static pthread_once_t plan_once = PTHREAD_ONCE_INIT;
-static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN, plan_pf = L2PF_KIB, plan_o = MV_OCC;
+static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN, plan_pf = L2PF_KIB;
 static void plan_read()
 {
     plan_b = env_int("STRATA_MV_BLOCKS", BLOCK_TARGET, 1, 4096);
@@ -314,13 +314,6 @@ static void plan_read()
     plan_t = env_int("STRATA_MV_TPS", TPS_MIN, 1, 64);
     /* KiB a warp prefetches into L2 before the wait (l2prefetch.cuh); 0: none */
     plan_pf = env_int("STRATA_L2_PREFETCH", L2PF_KIB, 0, 1024);
-    /* the decode kernel's variants (matvec.cu, mv_variant): MV_OCC_* bits */
-    plan_o = env_int("STRATA_MV_OCC", MV_OCC, 0, MV_OCC_ALL);
-}
-int plan_occ()
-{
-    pthread_once(&plan_once, plan_read);
-    return plan_o;
 }
 int plan_l2_prefetch()
 {

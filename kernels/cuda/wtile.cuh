@@ -104,17 +104,6 @@ __host__ __device__ constexpr bool is_blk(int type) { return wb::rb(type) != 0; 
 int plan_blocks();
 int plan_segs();
 int plan_tps_min(); /* TPS_MIN, or STRATA_MV_TPS */
-/* The decode kernel's variants for IQ3_XXS and Q2_0 (matvec.cu, mv_variant;
- * doc/cuda-kernels.md, "Occupancy at n = 1"): MV_OCC bits, or STRATA_MV_OCC.
- * Every variant gives the same bits. */
-constexpr int MV_OCC_ACT1 = 1; /* n = 1: one token's activations in shared memory */
-constexpr int MV_OCC_DEEP = 2; /* n = 1: deeper rings (IQ3_XXS 5, Q2_0 16) */
-constexpr int MV_OCC_ONE = 4;  /* IQ3_XXS: one mma a sub-block */
-constexpr int MV_OCC_TWO = 8;  /* Q2_0, n = 1: two blocks an SM */
-constexpr int MV_OCC_PIPE = 16; /* n = 1: the next tile out of the ring ahead */
-constexpr int MV_OCC_ALL = 31;
-constexpr int MV_OCC = MV_OCC_ACT1 | MV_OCC_DEEP | MV_OCC_ONE | MV_OCC_TWO;
-int plan_occ();
 
 /* The reduction plan of a matrix: depends on (type, rows, cols) only. */
 struct Plan {
@@ -503,12 +492,8 @@ template <> __device__ __forceinline__ void raw_load(Raw<GGML_TYPE_BF16> &r, con
  * (iq3_tables_init) and one mma a sub-block.  The integer sums are the same
  * either way.  N1: one token (decode at n = 1, every MoE pair): the odd mma
  * columns (tokens 2t + 1) are not accumulated; column 0's arithmetic is the
- * same.  ONE (8-byte entries): the 1s are added to the A operand in
- * registers, (g ^ m) + (m & 1) = -g or g per byte (no carry leaves a byte:
- * g >= 4), so one mma a sub-block instead of two, without the wide entries'
- * extra shared-memory reads; the sub-block's int32 dot is the same integer
- * (doc/cuda-kernels.md, "Occupancy at n = 1"). */
-template <int NG, bool G, bool A64 = false, bool N1 = false, bool ONE = false>
+ * same. */
+template <int NG, bool G, bool A64 = false, bool N1 = false>
 __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, const Act &a, int k0, int b0,
                                              float (&acc)[NG][4], uint32_t tb, int lane)
 {
@@ -568,17 +553,13 @@ __device__ __forceinline__ void tile_mma_iq3(const Raw<GGML_TYPE_IQ3_XXS> &r, co
             ax[0] = G00 ^ M0.x, ax[1] = G10 ^ M1.x, ax[2] = G01 ^ M0.y, ax[3] = G11 ^ M1.y;
             an[0] = M0.x & 0x01010101u, an[1] = M1.x & 0x01010101u;
             an[2] = M0.y & 0x01010101u, an[3] = M1.y & 0x01010101u;
-            if constexpr (ONE) /* or here, byte by byte */
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    ax[i] += an[i];
         }
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
             const uint2 b = ld8<G>(a.q + (8 * j + g) * a.cs + k0 + 32 * ib + 8 * t);
             int c[4];
             mma_s8(c, ax, b, zero);
-            if constexpr (!WIDE && !ONE)
+            if constexpr (!WIDE)
                 mma_s8(c, an, b, c);
             ai[j][0] += s0 * c[0];
             ai[j][2] += s1 * c[2];
@@ -972,10 +953,10 @@ template <> __device__ __forceinline__ void ring_read(Raw<GGML_TYPE_BF16> &r, co
 /* Issue the copies of a warp's first D - 1 tiles into its ring.  The decode
  * kernel calls this before it builds its tables and stages the activations,
  * so the first tiles' DRAM latency overlaps that work. */
-template <int TYPE, int D = Ring<TYPE>::D>
+template <int TYPE>
 __device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1, uint8_t *ring, int lane)
 {
-    constexpr int SLOT = Ring<TYPE>::SLOT;
+    constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
     const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
 #pragma unroll
     for (int i = 0; i < D - 1; ++i) {
@@ -985,40 +966,19 @@ __device__ __forceinline__ void ring_prime(const Wsrc &ws, int R, int t0, int t1
     }
 }
 
-/* One decode tile from the ring's registers: the int8 tiles' decoders with
- * the decode kernel's options (the table base tb 64 KiB aligned, N1, ONE). */
-template <int TYPE, bool N1, bool ONE>
-__device__ __forceinline__ void ring_tile(const Raw<TYPE> &cur, const Act &a, int k0, float (&acc)[1][4],
-                                          uint32_t tb, const uint8_t *tab, int lane)
-{
-    constexpr Geo gm = geo(TYPE);
-    if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
-        tile_mma_iq3<1, false, true, N1, ONE>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
-    else if constexpr (TYPE == GGML_TYPE_Q2_0)
-        tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
-    else
-        tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
-}
-
 /* run_tiles with the loads going through this warp's ring (decode, NG = 1);
- * primed: ring_prime<TYPE, D> already issued the first tiles.  D: the
- * ring's depth (the one-token kernels may run other depths than
- * Ring<TYPE>::D: matvec.cu); ONE: tile_mma_iq3's one-mma signs; PIPE
- * (IQ3_XXS, Q2_0): the next tile's bytes come out of the ring into
- * registers before this tile's arithmetic, so their shared-memory loads
- * overlap it (a tile fewer in flight from DRAM: D - 2 behind the one read).
- * The same tiles in the same order either way. */
-template <int TYPE, bool N1 = false, int D = Ring<TYPE>::D, bool ONE = false, bool PIPE = false>
+ * primed: ring_prime already issued the first tiles. */
+template <int TYPE, bool N1 = false>
 __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, int t1, int kbase, const Act &a,
                                                float (&acc)[1][4], const uint8_t *tab, uint8_t *ring, int lane,
                                                bool primed)
 {
-    constexpr int SLOT = Ring<TYPE>::SLOT;
+    constexpr int D = Ring<TYPE>::D, SLOT = Ring<TYPE>::SLOT;
     constexpr Geo gm = geo(TYPE);
     const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring);
     const uint32_t tb = (uint32_t)__cvta_generic_to_shared(tab); /* IQ3_XXS: 64 KiB aligned (MvLayout) */
     if (!primed)
-        ring_prime<TYPE, D>(ws, R, t0, t1, ring, lane);
+        ring_prime<TYPE>(ws, R, t0, t1, ring, lane);
     if constexpr (is_blk(TYPE)) {
         /* Block tiles: one tile's code in the loop, not D.  A decode step
          * runs a mix's kernels once each per layer, after ~100 MB of
@@ -1044,29 +1004,6 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
             tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
             i = i + 1 == D ? 0 : i + 1;
         }
-    } else if constexpr (PIPE) {
-        static_assert(D >= 3, "PIPE reads one tile ahead of D - 2 in flight");
-        Raw<TYPE> nxt;
-        cp_wait<D - 2>();
-        ring_read<TYPE>(nxt, ring, lane);
-        for (int T = t0; T < t1; T += D) {
-#pragma unroll
-            for (int i = 0; i < D; ++i) {
-                const int tt = T + i;
-                if (tt < t1) {
-                    /* the slot of tile tt - 1, read two steps ago */
-                    if (tt + D - 1 < t1)
-                        ring_issue<TYPE>(rs + ((i + D - 1) % D) * SLOT, ws, R, tt + D - 1, lane);
-                    cp_commit();
-                    const Raw<TYPE> cur = nxt;
-                    if (tt + 1 < t1) {
-                        cp_wait<D - 2>();
-                        ring_read<TYPE>(nxt, ring + ((i + 1) % D) * SLOT, lane);
-                    }
-                    ring_tile<TYPE, N1, ONE>(cur, a, (tt - kbase) * gm.kt, acc, tb, tab, lane);
-                }
-            }
-        }
     } else {
         for (int T = t0; T < t1; T += D) {
 #pragma unroll
@@ -1079,7 +1016,13 @@ __device__ __forceinline__ void run_tiles_ring(const Wsrc &ws, int R, int t0, in
                     cp_wait<D - 1>();
                     Raw<TYPE> cur;
                     ring_read<TYPE>(cur, ring + i * SLOT, lane);
-                    ring_tile<TYPE, N1, ONE>(cur, a, (tt - kbase) * gm.kt, acc, tb, tab, lane);
+                    const int k0 = (tt - kbase) * gm.kt;
+                    if constexpr (TYPE == GGML_TYPE_IQ3_XXS)
+                        tile_mma_iq3<1, false, true, N1>(cur, a, k0, k0 / gm.xb, acc, tb, lane);
+                    else if constexpr (TYPE == GGML_TYPE_Q2_0)
+                        tile_mma<1, false, N1>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
+                    else
+                        tile_any<TYPE, 1, false>(cur, a, k0, k0 / gm.xb, acc, tab, lane);
                 }
             }
         }
@@ -1098,15 +1041,8 @@ struct MvLayout {
     int xstride;            /* bytes (int8) or halves (F16) between tokens */
     int off_xq, off_dx, off_xs, off_tab, off_ring, ring_warp, ring_split, off_ring2, bytes;
 };
-/* depth: tiles (0: the type's Ring<TYPE>::D) */
-inline int ring_bytes_per_warp(int type, int depth = 0)
+inline int ring_bytes_per_warp(int type)
 {
-    if (depth)
-        switch (type) {
-        case GGML_TYPE_IQ3_XXS: return Ring<GGML_TYPE_IQ3_XXS>::SLOT * depth;
-        case GGML_TYPE_Q2_0: return Ring<GGML_TYPE_Q2_0>::SLOT * depth;
-        default: break;
-        }
     switch (type) {
     case GGML_TYPE_IQ3_XXS: return Ring<GGML_TYPE_IQ3_XXS>::SLOT * Ring<GGML_TYPE_IQ3_XXS>::D;
     case GGML_TYPE_Q2_0: return Ring<GGML_TYPE_Q2_0>::SLOT * Ring<GGML_TYPE_Q2_0>::D;

@@ -4,11 +4,8 @@
  * places the dynamic shared memory may start in the window, no two regions
  * overlap (activations, the IQ3_XXS tables, the 16 warps' rings), every one
  * is 16-byte aligned and inside the block's bytes, the tables sit on a 64 KiB
- * boundary of the window, and the block fits the H200's 227 KiB; and the
- * one-token variants of IQ3_XXS and Q2_0 (matvec.cu, mv_variant: one
- * token's activations, their ring depths; Q2_0's two blocks an SM in half
- * of the SM's 228 KiB less a block's reserved 1 KiB each).  No card needed;
- * exits 1 on the first failure. */
+ * boundary of the window, and the block fits the H200's 227 KiB.  No card
+ * needed; exits 1 on the first failure. */
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -19,7 +16,6 @@ namespace wt {
 int plan_blocks() { return BLOCK_TARGET; }
 int plan_segs() { return SEGS_FIT; }
 int plan_tps_min() { return TPS_MIN; }
-int plan_occ() { return MV_OCC; }
 } /* namespace wt */
 
 using namespace wt;
@@ -29,33 +25,20 @@ int main()
     static const int64_t shapes[][2] = {{16, 256},     {37, 512},     {300, 1280},    {768, 2048},
                                         {2048, 768},   {1024, 4096},  {4096, 4096},   {4100, 2048},
                                         {4096, 14336}, {131072, 4096}, {151936, 5120}, {8192, 32768}};
-    /* {type, tokens, ring depth (0: the type's), bytes a block may take} */
-    struct Variant {
-        int type, tokens, depth, limit;
-    };
-    const int whole = 227 * 1024, half = 228 * 1024 / 2; /* with lo: the reserved 1 KiB */
-    static const Variant variants[] = {{GGML_TYPE_IQ3_XXS, 1, 4, whole},
-                                       {GGML_TYPE_IQ3_XXS, 1, 5, whole},
-                                       {GGML_TYPE_Q2_0, 1, 12, whole},
-                                       {GGML_TYPE_Q2_0, 1, 16, whole},
-                                       {GGML_TYPE_Q2_0, 1, 8, half}};
     int checked = 0;
-    for (int vi = -1; vi < (int)(sizeof variants / sizeof variants[0]); vi++)
     for (int type = 0; type < GGML_TYPE_COUNT; type++) {
-        if (!geo(type).kt || type == GGML_TYPE_F32 || (vi >= 0 && type != variants[vi].type))
+        if (!geo(type).kt || type == GGML_TYPE_F32)
             continue;
-        const int tokens = vi < 0 ? MV_COLS : variants[vi].tokens, limit = vi < 0 ? whole : variants[vi].limit;
-        const int ring_warp = vi < 0 ? 0 : ring_bytes_per_warp(type, variants[vi].depth);
         for (const auto &sh : shapes)
             for (int lo : {0, 1024, 2048}) {
                 Plan p;
                 if (plan_make(type, sh[0], sh[1], &p))
                     continue;
-                const MvLayout l = mv_layout(type, p, lo, ring_warp, tokens);
+                const MvLayout l = mv_layout(type, p, lo);
                 const Geo gm = geo(type);
                 const int seg_k = p.tps * gm.kt;
-                const int act = gm.i8 ? tokens * l.xstride + 2 * MV_COLS * (seg_k / gm.xb) * 4
-                                      : tokens * l.xstride * 2;
+                const int act = gm.i8 ? MV_COLS * l.xstride + 2 * MV_COLS * (seg_k / gm.xb) * 4
+                                      : MV_COLS * l.xstride * 2;
                 int a[MV_WARPS + 2], b[MV_WARPS + 2], n = 0;
                 a[n] = l.off_xq, b[n++] = l.off_xq + act;
                 if (type == GGML_TYPE_IQ3_XXS) {
@@ -81,9 +64,9 @@ int main()
                             return 1;
                         }
                 }
-                if (l.bytes + lo > limit) {
-                    printf("mvlayout-check: %s %lld x %lld (variant %d): %d bytes + %d, more than %d\n",
-                           type_name(type), (long long)sh[0], (long long)sh[1], vi, l.bytes, lo, limit);
+                if (l.bytes + lo > 227 * 1024) {
+                    printf("mvlayout-check: %s %lld x %lld: %d bytes + %d\n", type_name(type), (long long)sh[0],
+                           (long long)sh[1], l.bytes, lo);
                     return 1;
                 }
                 checked++;
