@@ -238,12 +238,9 @@ static void check_fused(int type, uint64_t seed)
     ck_assert(cudaMalloc((void **)&dy2, 2 * pr * sizeof(float)) == cudaSuccess);
     ck_assert(cudaMalloc((void **)&dh, (size_t)pairs * cols * sizeof(float)) == cudaSuccess);
 
-    /* gate and up in one launch = two launches (with the next launch's
-     * experts passed: under STRATA_L2_PREFETCH they are prefetched into L2,
-     * l2prefetch.cuh, a hint that must change no bit) */
+    /* gate and up in one launch = two launches */
     cw_poison(dy, 2 * pr);
-    ck_assert_msg(cuda_matvec_experts2(type, dw, dw2, rows, cols, dsel, pairs, k, dx, dy, dy + pr, dw2, eb, 0,
-                                       &err) == 0,
+    ck_assert_msg(cuda_matvec_experts2(type, dw, dw2, rows, cols, dsel, pairs, k, dx, dy, dy + pr, 0, &err) == 0,
                   "%s", err.msg);
     cw_fetch(a, dy, 2 * pr);
     ck_assert(cuda_matvec_experts(type, dw, rows, cols, dsel, pairs, k, dx, dy2, 0, &err) == 0);
@@ -382,15 +379,15 @@ START_TEST(matvec_fold_repeats_and_chunks)
                 ck_assert(cudaMalloc((void **)&dy2, (size_t)3 * rows * sizeof(float)) == cudaSuccess);
                 float *h2 = malloc((size_t)3 * rows * sizeof *h2);
                 strata_error err = {0};
-                ck_assert(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, c.dw,
-                                               cuda_weight_bytes(type, rows, cols), 0, &err) == 0);
+                ck_assert(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, 0,
+                                               &err) == 0);
                 cw_fetch(c.yv, c.dy, (size_t)(3 * rows));
                 cw_fetch(h2, dy2, (size_t)(3 * rows));
                 ck_assert_msg(cuda_matvec_attach_scratch(0, dsmall, small, &err) == 0, "%s", err.msg);
                 cw_poison(c.dy, (size_t)(3 * rows));
                 cw_poison(dy2, (size_t)(3 * rows));
-                ck_assert_msg(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, NULL,
-                                                   0, 0, &err) == 0,
+                ck_assert_msg(cuda_matvec_experts2(type, c.dw, c.dw, rows, cols, dsel, 3, 1, c.dx, c.dy, dy2, 0,
+                                                   &err) == 0,
                               "%s", err.msg);
                 cw_fetch(c.y, c.dy, (size_t)(3 * rows));
                 cw_assert_bitwise(type, "experts2, a launch per pair (y)", c.y, c.yv, 3, rows);

@@ -328,11 +328,8 @@ static const float *moe_matvecs(srun *r, const dlayer *d, int n)
     int k = hp->n_expert_used, pairs = n * k;
     if (fused(r) && d->gate_exps.type == d->up_exps.type) {
         float *g = cs->hb, *u = cs->hb + (size_t)pairs * F; /* hb holds 2 x max_pairs x F */
-        /* the down experts go into L2 while gate and up run (a hint) */
         keep(r, cuda_matvec_experts2(d->gate_exps.type, d->gate_exps.d, d->up_exps.d, F, D,
-                                     cs->moe_sel, pairs, k, cs->xb, g, u, d->down_exps.d,
-                                     cuda_weight_bytes(d->down_exps.type, D, F), cs->compute,
-                                     err_of(r)));
+                                     cs->moe_sel, pairs, k, cs->xb, g, u, cs->compute, err_of(r)));
         keep(r, cuda_matvec_swiglu(d->down_exps.type, d->down_exps.d, D, F, cs->moe_sel, pairs, g,
                                    u, F, cs->hb2, cs->compute, err_of(r)));
         return cs->hb2;

@@ -99,15 +99,10 @@ int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_t cols,
  * for it): experts NULL, n = 1..8 tokens as cuda_matvec (a stacked gate|up
  * product: u = g + F, xstride = 2F); experts set, n pairs, pair p multiplying
  * expert experts[p] by row p into y row p as cuda_matvec_experts (x_div 1).
- * experts2's next (NULL: none): the expert matrices the next launch reads
- * (the down projection), expert e at next + e * next_bytes; once a block
- * knows its pair's expert it starts a slice of that expert's matrix moving
- * into L2 (kernels/cuda/l2prefetch.cuh): a hint, no result changes.
  * Twins: cpu_matmul after cpu_swiglu (kernels/ops.h). */
 int cuda_matvec_experts2(int type, const void *w, const void *w2, int64_t rows, int64_t cols,
                          const int32_t *experts, int pairs, int x_div, const float *x, float *y,
-                         float *y2, const void *next, size_t next_bytes, cudaStream_t stream,
-                         strata_error *err);
+                         float *y2, cudaStream_t stream, strata_error *err);
 int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t cols, const int32_t *experts,
                        int n, const float *g, const float *u, int64_t xstride, float *y,
                        cudaStream_t stream, strata_error *err);

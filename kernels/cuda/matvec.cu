@@ -30,7 +30,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/f32_row.cuh"
-#include "kernels/cuda/l2prefetch.cuh"
 #include "kernels/cuda/mvfold.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp.cuh"
@@ -53,12 +52,6 @@ struct MvArgs {
     int zsplit;
     const float *xu;
     int64_t xstride;
-    /* L2 prefetch (l2prefetch.cuh): bytes a warp asks for beyond its ring
-     * (0: none); and the next launch's expert matrices, next_bytes each
-     * (NULL: none), a slice per block once this launch knows the experts */
-    int pf;
-    const uint8_t *next;
-    size_t next_bytes;
     Plan p;
     MvLayout l;
     /* The segment fold through global memory (fold_segments): one ticket
@@ -100,10 +93,6 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
         }
         const int e = __ldg(a.expert + z);
         ws.w += (size_t)e * a.expert_bytes;
-        if (a.next) /* the down projection's expert: this pair's share of it */
-            next_l2_prefetch(a.next + (size_t)e * a.next_bytes, a.next_bytes,
-                             blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * (z != blockIdx.z + a.z0)),
-                             gridDim.x * gridDim.y * (a.w2 ? 2 : 1), warp, lane);
         ax += (size_t)(z / a.x_div) * a.xstride;
         if (au)
             au += (size_t)(z / a.x_div) * a.xstride;
@@ -116,10 +105,8 @@ template <int TYPE, bool N1 = false> __global__ void __launch_bounds__(MV_THREAD
     /* The first row-block's first tiles are copied while the tables and
      * the activations are prepared (they depend on neither). */
     const int R0 = blockIdx.x * MV_WARPS + warp;
-    if (blockIdx.x < a.nrb && R0 < a.p.mt) {
+    if (blockIdx.x < a.nrb && R0 < a.p.mt)
         ring_prime<TYPE>(ws, R0, t0, t1, smem + mv_ring_off(a.l, warp), lane);
-        tiles_l2_prefetch<TYPE>(ws, R0, t0, t1, a.pf, lane); /* the rest of the first pass, into L2 */
-    }
     if (TYPE == GGML_TYPE_IQ3_XXS)
         iq3_tables_init_dec(smem + a.l.off_tab);
     wb::grid_init<TYPE>(smem); /* the IQ2s' and IQ3_S's grid (wrows.cuh) */
@@ -225,8 +212,6 @@ struct MvFuse {
     float *y2;
     const float *xu;
     int64_t xstride;
-    const void *next; /* the next launch's experts, next_bytes each: an L2 prefetch */
-    size_t next_bytes;
 };
 
 static int f32_matmul_su(const float *w, const int32_t *expert, size_t expert_bytes, int64_t rows, int64_t cols,
@@ -380,7 +365,7 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     if (!wbytes)
         return strata_err(err, STRATA_E_UNSUPPORTED, "cuda_matvec: %s %lld x %lld not supported", type_name(type),
                           (long long)rows, (long long)cols);
-    const MvFuse none = {NULL, NULL, NULL, cols, NULL, 0};
+    const MvFuse none = {NULL, NULL, NULL, cols};
     if (!f)
         f = &none;
     const int total = f->w2 ? 2 * pairs : pairs; /* blocks in z */
@@ -432,9 +417,6 @@ static int mv_run(int type, const void *w, int64_t rows, int64_t cols, const int
     a.zsplit = pairs;
     a.xu = f->xu;
     a.xstride = f->xstride;
-    a.pf = plan_l2_prefetch();
-    a.next = a.pf ? (const uint8_t *)f->next : NULL;
-    a.next_bytes = f->next_bytes;
     a.p = p;
     int smem_lo = 0;
     if (type == GGML_TYPE_IQ3_XXS) {
@@ -495,13 +477,12 @@ extern "C" int cuda_matvec_experts(int type, const void *w, int64_t rows, int64_
 
 extern "C" int cuda_matvec_experts2(int type, const void *w, const void *w2, int64_t rows, int64_t cols,
                                     const int32_t *experts, int pairs, int x_div, const float *x, float *y,
-                                    float *y2, const void *next, size_t next_bytes, cudaStream_t stream,
-                                    strata_error *err)
+                                    float *y2, cudaStream_t stream, strata_error *err)
 {
     if (!w || !w2 || !experts || !x || !y || !y2 || pairs < 1 || 2 * pairs > 65535 || x_div < 1)
         return strata_err(err, STRATA_E_ARG, "cuda_matvec_experts2: bad arguments (%d pairs, x_div %d)", pairs,
                           x_div);
-    const MvFuse f = {w2, y2, NULL, cols, next, next ? next_bytes : 0};
+    const MvFuse f = {w2, y2, NULL, cols};
     return mv_run(type, w, rows, cols, experts, pairs, x_div, x, 1, y, &f, stream, err);
 }
 
@@ -513,7 +494,7 @@ extern "C" int cuda_matvec_swiglu(int type, const void *w, int64_t rows, int64_t
         return strata_err(err, STRATA_E_ARG,
                           "cuda_matvec_swiglu: bad arguments (n = %d, 1..%d; stride %lld, cols %lld)", n,
                           experts ? 65535 : MV_COLS, (long long)xstride, (long long)cols);
-    const MvFuse f = {NULL, NULL, u, xstride, NULL, 0};
+    const MvFuse f = {NULL, NULL, u, xstride};
     if (experts) /* pair p: expert experts[p], row p */
         return mv_run(type, w, rows, cols, experts, n, 1, g, 1, y, &f, stream, err);
     return mv_run(type, w, rows, cols, NULL, 1, 1, g, n, y, &f, stream, err);

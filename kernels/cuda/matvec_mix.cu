@@ -21,7 +21,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/l2prefetch.cuh"
 #include "kernels/cuda/mvfold.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wtile.cuh"
@@ -48,7 +47,6 @@ struct MixArgs {
     const float *x; /* [n][cols] */
     float *y;       /* [n][rows] */
     int n, nrb, rows, cols;
-    int pf;         /* bytes a warp prefetches into L2 beyond its ring (l2prefetch.cuh) */
 };
 
 /* The part of m-tile R (R < p.mt), its source and its grid. */
@@ -65,17 +63,12 @@ __device__ __forceinline__ int mix_part(const MixArgs &a, int R, Wsrc *ws, int *
     return a.type[i];
 }
 
-/* the warp's first tiles into its ring, the rest of its first pass (up to
- * pf bytes) into L2 */
-__device__ __forceinline__ void mix_prime(int type, const Wsrc &ws, int R, int t0, int t1, uint8_t *ring, int pf,
-                                          int lane)
+/* the warp's first tiles into its ring */
+__device__ __forceinline__ void mix_prime(int type, const Wsrc &ws, int R, int t0, int t1, uint8_t *ring, int lane)
 {
     switch (type) {
 #define MIX_CASE(T)                                                                                      \
-    case T:                                                                                              \
-        ring_prime<T>(ws, R, t0, t1, ring, lane);                                                        \
-        tiles_l2_prefetch<T>(ws, R, t0, t1, pf, lane);                                                   \
-        break;
+    case T: ring_prime<T>(ws, R, t0, t1, ring, lane); break;
         WB_FOR_EACH(MIX_CASE)
 #undef MIX_CASE
     default: break;
@@ -125,7 +118,7 @@ __global__ void __launch_bounds__(MV_THREADS, 1) matvec_mix_kernel(const MixArgs
         Wsrc ws;
         int Rl, go;
         const int type = mix_part(a, R0, &ws, &Rl, &go);
-        mix_prime(type, ws, Rl, t0, t1, ring, a.pf, lane);
+        mix_prime(type, ws, Rl, t0, t1, ring, lane);
     }
     for (int i = 0; i < a.nparts; ++i)
         if (a.ginit[i])
@@ -287,7 +280,6 @@ extern "C" int cuda_matmul_mix(const cuda_mix *m, int64_t cols, const float *x, 
     a.nrb = (a.p.mt + MV_WARPS - 1) / MV_WARPS;
     a.rows = (int)total;
     a.cols = (int)cols;
-    a.pf = plan_l2_prefetch();
 
     void (*kern)(const MixArgs) = matvec_mix_kernel;
     const size_t smem = (size_t)a.l.bytes;

@@ -11,7 +11,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/l2prefetch.cuh"
 #include "kernels/cuda/wtile.cuh"
 
 using wt::Geo;
@@ -306,19 +305,12 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return (*end || x < lo || x > hi) ? dflt : (int)x;
 }
 static pthread_once_t plan_once = PTHREAD_ONCE_INIT;
-static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN, plan_pf = L2PF_KIB;
+static int plan_b = BLOCK_TARGET, plan_s = SEGS_FIT, plan_t = TPS_MIN;
 static void plan_read()
 {
     plan_b = env_int("STRATA_MV_BLOCKS", BLOCK_TARGET, 1, 4096);
     plan_s = env_int("STRATA_MV_SEGS", SEGS_FIT, 1, MAX_SEGS);
     plan_t = env_int("STRATA_MV_TPS", TPS_MIN, 1, 64);
-    /* KiB a warp prefetches into L2 before the wait (l2prefetch.cuh); 0: none */
-    plan_pf = env_int("STRATA_L2_PREFETCH", L2PF_KIB, 0, 1024);
-}
-int plan_l2_prefetch()
-{
-    pthread_once(&plan_once, plan_read);
-    return plan_pf * 1024;
 }
 int plan_tps_min()
 {
