@@ -54,6 +54,19 @@ typedef struct act_q16 {
     int16_t v[32]; /* 256 q + lo, |v| <= 32639 */
 } act_q16;
 
+/* Q8_K-style activations for the 256-weight types (Q4_K, Q6_K): int8
+ * codes with one scale per 256 values, d = max|x| / 127, q = nearbyint(x /
+ * d) (the recipe of act_q8 over 256 values instead of 32), and the sums of
+ * each 16 codes, which carry Q4_K's minima.  The kernels (q8k_rows_*) sum a
+ * whole super-block in int32 and convert and multiply once per 256
+ * weights (dot_q8k_scalar.c says how, and what it costs in accuracy). */
+typedef struct act_q8k {
+    int8_t q[256];
+    int16_t bsums[16]; /* sum of codes 16 g .. 16 g + 15 */
+    float d;
+    uint8_t pad_[28];  /* 320 bytes: each block's codes start 32-aligned */
+} act_q8k;
+
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
 void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
@@ -79,6 +92,15 @@ typedef void (*q16_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, i
 q16_rows_fn q16_rows_scalar(int type); /* dot_q8_scalar.c */
 q16_rows_fn q16_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
 q16_rows_fn q16_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* The Q8_K-style kernels: Q4_K and Q6_K only (NULL for other types);
+ * cols a multiple of 256.  Scalar and AVX2 twins give the same bits. */
+typedef void (*q8k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                            const act_q8k *x, int64_t n, float *y, int64_t ystride);
+/* xq[cols / 256] from x[cols]; cols a multiple of 256.  NaN codes as 0. */
+void act_q8k_quantize(const float *x, int64_t cols, act_q8k *xq);      /* dot_q8k_scalar.c */
+void act_q8k_quantize_avx2(const float *x, int64_t cols, act_q8k *xq); /* same bits */
+q8k_rows_fn q8k_rows_scalar(int type); /* dot_q8k_scalar.c */
+q8k_rows_fn q8k_rows_avx2(int type);   /* dot_q8k_avx2.c; NULL off x86-64 */
 /* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
 int fast_cpu_vnni_ok(void);
 
@@ -93,5 +115,9 @@ int fast_cpu_vnni_ok(void);
 #define CPU_ACT_Q16 2
 #define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
+/* Whether Q4_K and Q6_K take act_q8k (1, the default, unless
+ * STRATA_MATMUL_Q8K=0) or the other types' format (0) where activations are
+ * quantized; returns the setting.  Call while no matmul runs. */
+int cpu_matmul_fast_set_q8k(int on);
 
 #endif
