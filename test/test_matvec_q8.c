@@ -294,7 +294,7 @@ START_TEST(q8_path_is_invariant)
     float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
     test_fill_normal(x, n * cols, 1.0f, 41);
     ck_assert_int_eq(cpu_matmul_fast_set_q8(act), act);
-    cpu_matmul_fast_set_q8k(0); /* Q4_K, Q6_K on these codes too (test_matvec_q8k.c: act_q8k) */
+    cpu_matmul_fast_set_q8k(CPU_Q8K_NEVER); /* Q4_K, Q6_K on these codes too (act_q8k: test_matvec_q8k.c) */
     for (int isa = 0; isa <= 1; isa++) {
         if (cpu_matmul_fast_set_isa(isa) != isa)
             continue;

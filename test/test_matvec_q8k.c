@@ -243,7 +243,7 @@ START_TEST(q8k_path_is_invariant)
     for (int64_t i = 0; i < n; i++)
         act_q8k_quantize(x + i * cols, cols, xq + i * nb);
     ck_assert_int_eq(cpu_matmul_fast_set_q8(CPU_ACT_Q16), CPU_ACT_Q16);
-    ck_assert_int_eq(cpu_matmul_fast_set_q8k(1), 1);
+    ck_assert_int_eq(cpu_matmul_fast_set_q8k(CPU_Q8K_ALWAYS), CPU_Q8K_ALWAYS);
     ck_assert_int_eq(cpu_matmul_fast_set_isa(1), 1);
     for (size_t ti = 0; ti < N_K_TYPES; ti++) {
         const int type = k_types[ti];

@@ -115,9 +115,17 @@ int fast_cpu_vnni_ok(void);
 #define CPU_ACT_Q16 2
 #define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
-/* Whether Q4_K and Q6_K take act_q8k (1, the default, unless
- * STRATA_MATMUL_Q8K=0) or the other types' format (0) where activations are
- * quantized; returns the setting.  Call while no matmul runs. */
+/* When Q4_K and Q6_K take act_q8k where activations are quantized:
+ * CPU_Q8K_NEVER (STRATA_MATMUL_Q8K=0: the other types' format),
+ * CPU_Q8K_ALWAYS (STRATA_MATMUL_Q8K=1: also beside the 16-bit codes),
+ * CPU_Q8K_WITH_INT8 (the default: with the int8 codes, STRATA_MATMUL_ACT=8,
+ * not with the 16-bit ones: one scale per 256 values moved Gemma 3 270M's
+ * logits by 6e-2 against float64, doc/cpu.md).  -1 re-reads the
+ * environment.  Returns the setting.  Call while no matmul runs. */
+#define CPU_Q8K_NEVER 0
+#define CPU_Q8K_ALWAYS 1
+#define CPU_Q8K_WITH_INT8 2
+#define CPU_Q8K_DEFAULT CPU_Q8K_WITH_INT8
 int cpu_matmul_fast_set_q8k(int on);
 
 #endif

@@ -95,10 +95,9 @@ int cpu_matmul_fast_set_q8(int on)
     return q8_level();
 }
 
-/* -1: not chosen yet; 1 the 256-weight types (Q4_K, Q6_K) take Q8_K-style
- * activations (act_q8k: int8 codes, one scale per 256) where the
- * activations are quantized at all, 0 they take the format of the others
- * (STRATA_MATMUL_Q8K=0) */
+/* -1: not chosen yet; else CPU_Q8K_NEVER, CPU_Q8K_ALWAYS or
+ * CPU_Q8K_WITH_INT8 (act_q8.h): when the 256-weight types (Q4_K, Q6_K)
+ * take act_q8k (int8 codes, one scale per 256) */
 static atomic_int fast_q8k = -1;
 
 static int q8k_level(void)
@@ -106,7 +105,9 @@ static int q8k_level(void)
     int l = atomic_load_explicit(&fast_q8k, memory_order_relaxed);
     if (l < 0) {
         const char *e = getenv("STRATA_MATMUL_Q8K");
-        l = e && !strcmp(e, "0") ? 0 : 1;
+        l = e && !strcmp(e, "0")   ? CPU_Q8K_NEVER
+            : e && !strcmp(e, "1") ? CPU_Q8K_ALWAYS
+                                   : CPU_Q8K_DEFAULT;
         atomic_store_explicit(&fast_q8k, l, memory_order_relaxed);
     }
     return l;
@@ -274,7 +275,9 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
     const int act = q8_level();
-    q8k_rows_fn k8 = act && avx2 && cols % 256 == 0 && q8k_level() ? q8k_rows_avx2(type) : NULL;
+    const int k8l = q8k_level();
+    const int use_k8 = k8l == CPU_Q8K_ALWAYS || (k8l == CPU_Q8K_WITH_INT8 && act == CPU_ACT_Q8);
+    q8k_rows_fn k8 = act && avx2 && cols % 256 == 0 && use_k8 ? q8k_rows_avx2(type) : NULL;
     act_q8k *xk = k8 ? q8_scratch((size_t)(n * (cols / 256)) * sizeof *xk) : NULL;
     if (xk) {
         for (int64_t i = 0; i < n; i++)
