@@ -10,10 +10,12 @@
  * which carries the terms a weight type adds per block (Q4_1's minimum,
  * the -8 / -16 offsets of Q4_0 / Q5_0, Q4_K's minima).
  *
- * One block format for every type, not ggml's Q8_K for the 256-weight
- * types: a row is quantized once for whatever types the matrices it meets
- * have, and a scale per 32 values is closer to the floats than one per
- * 256 (the accuracy cost is stated in test/test_matvec_q8.c).
+ * One block format for every type by default, not ggml's Q8_K for the
+ * 256-weight types: a row is quantized once for whatever types the
+ * matrices it meets have, and a scale per 32 values is closer to the
+ * floats than one per 256 (the accuracy cost is stated in
+ * test/test_matvec_q8.c).  The Q8_K-style act_q8k below is what Q4_K and
+ * Q6_K take with the int8 codes, or always with STRATA_MATMUL_Q8K=1.
  *
  * A q8 rows kernel computes y[i * ystride + r] = sum_c W[r][c] * x_i[c]
  * for nrows weight rows and n quantized activation rows.  Per output
