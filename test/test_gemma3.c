@@ -231,7 +231,7 @@ static void compare_with_ref_act(const char *model, const int32_t *toks, int n, 
     ck_assert_int_eq(strata_seq_feed(s, toks, n, NULL, lg, &err), 0);
     strata_seq_free(s);
     int32_t gen[32];
-    double *ref = ref_logits(model, toks, n, V, greedy, gen);
+    double *ref = ref_logits(model, toks, n, V, greedy > 0 ? greedy : 0, gen);
     ck_assert_msg(ref != NULL, "ref_forward.py failed on %s", model);
     double worst = 0;
     for (int r = 0; r < n; r++) {
