@@ -116,47 +116,61 @@ static void sb_q6_k(const block_q6_k *b, const act_q8k *x, int lane[8])
     }
 }
 
-static void q8krows_q4_k_c(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
-                           const act_q8k *x, int64_t n, float *y, int64_t ystride)
+/* One super-block of either type: its int32 lanes, the minima's integer
+ * sum m (0 for Q6_K) and the weight's d and dmin (0 for Q6_K). */
+static void sb_dot(int type, const uint8_t *blk, const act_q8k *x, int lane[8], int *m, float *d,
+                   float *dmin)
+{
+    if (type == GGML_TYPE_Q4_K) {
+        const block_q4_k *b = (const block_q4_k *)blk;
+        sb_q4_k(b, x, lane, m);
+        *d = fp16_to_f32(ld16(&b->d));
+        *dmin = fp16_to_f32(ld16(&b->dmin));
+    } else {
+        const block_q6_k *b = (const block_q6_k *)blk;
+        sb_q6_k(b, x, lane);
+        *m = 0;
+        *d = fp16_to_f32(ld16(&b->d));
+        *dmin = 0.0f;
+    }
+}
+
+/* The order of dot_q8k_avx2.c's tiles, one output element at a time. */
+static void q8krows_c(int type, const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                      const act_q8k *x, int64_t n, float *y, int64_t ystride)
 {
     const int64_t nsb = cols / 256;
+    const size_t bb = type_traits_get(type)->bytes;
     for (int64_t r = 0; r < nrows; r++) {
-        const block_q4_k *row = (const block_q4_k *)(w + r * row_bytes);
+        const uint8_t *row = w + r * row_bytes;
         for (int64_t i = 0; i < n; i++) {
             const act_q8k *xi = x + i * nsb;
             float acc[8] = {0}, corr = 0.0f;
             for (int64_t j = 0; j < nsb; j++) {
                 int lane[8], m;
-                sb_q4_k(row + j, xi + j, lane, &m);
-                const float f = fp16_to_f32(ld16(&row[j].d)) * xi[j].d;
+                float d, dmin;
+                sb_dot(type, row + j * bb, xi + j, lane, &m, &d, &dmin);
+                const float f = d * xi[j].d;
                 for (int k = 0; k < 8; k++)
                     acc[k] = fmaf((float)lane[k], f, acc[k]);
-                corr = fmaf((float)m, fp16_to_f32(ld16(&row[j].dmin)) * xi[j].d, corr);
+                if (type == GGML_TYPE_Q4_K)
+                    corr = fmaf((float)m, dmin * xi[j].d, corr);
             }
             y[i * ystride + r] = hsum8(acc) - corr;
         }
     }
 }
 
+static void q8krows_q4_k_c(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                           const act_q8k *x, int64_t n, float *y, int64_t ystride)
+{
+    q8krows_c(GGML_TYPE_Q4_K, w, row_bytes, nrows, cols, x, n, y, ystride);
+}
+
 static void q8krows_q6_k_c(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
                            const act_q8k *x, int64_t n, float *y, int64_t ystride)
 {
-    const int64_t nsb = cols / 256;
-    for (int64_t r = 0; r < nrows; r++) {
-        const block_q6_k *row = (const block_q6_k *)(w + r * row_bytes);
-        for (int64_t i = 0; i < n; i++) {
-            const act_q8k *xi = x + i * nsb;
-            float acc[8] = {0};
-            for (int64_t j = 0; j < nsb; j++) {
-                int lane[8];
-                sb_q6_k(row + j, xi + j, lane);
-                const float f = fp16_to_f32(ld16(&row[j].d)) * xi[j].d;
-                for (int k = 0; k < 8; k++)
-                    acc[k] = fmaf((float)lane[k], f, acc[k]);
-            }
-            y[i * ystride + r] = hsum8(acc) - 0.0f;
-        }
-    }
+    q8krows_c(GGML_TYPE_Q6_K, w, row_bytes, nrows, cols, x, n, y, ystride);
 }
 
 q8k_rows_fn q8k_rows_scalar(int type)
