@@ -40,15 +40,14 @@
 #include "kernels/cpu/threadpool.h"
 #include "kernels/ops.h"
 #include "model/quant.h"
+#include "test_matvec_q8.h"
 
 static const int q8_types[] = {
     GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
 };
 #define N_Q8_TYPES (sizeof q8_types / sizeof q8_types[0])
 
-/* Random bytes with finite, non-zero fp16 scales (and minima) in every
- * block: every code and scale bit pattern the format allows. */
-static uint8_t *random_blocks(int type, int64_t rows, int64_t cols, uint64_t seed)
+uint8_t *q8_random_blocks(int type, int64_t rows, int64_t cols, uint64_t seed)
 {
     const type_traits *t = type_traits_get(type);
     const size_t nb = type_row_bytes(type, cols) * (size_t)rows;
@@ -184,7 +183,7 @@ START_TEST(kernels_match_float64_on_the_codes)
     double mean_rel = 0;
     for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
         const int type = q8_types[ti];
-        uint8_t *w = random_blocks(type, rows, cols, 700 + ti);
+        uint8_t *w = q8_random_blocks(type, rows, cols, 700 + ti);
         const size_t rb = type_row_bytes(type, cols);
         type_traits_get(type)->dequant(w, wf, rows * cols);
         double rel_sum = 0;
@@ -258,7 +257,7 @@ START_TEST(tiles_match_the_c_twin_bitwise)
             quantize_c(wide, x + i * cols, cols, blk_at(xq, i * nsub, wide));
         for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
             const int type = q8_types[ti];
-            uint8_t *w = random_blocks(type, rows, cols, 900 + 10 * ci + ti);
+            uint8_t *w = q8_random_blocks(type, rows, cols, 900 + 10 * ci + ti);
             const size_t rb = type_row_bytes(type, cols);
             run_rows(wide, 0, type, w, rb, rows, cols, xq, nmax, yc, rows);
             for (int isa = 0; isa <= vnni; isa++)
@@ -295,12 +294,13 @@ START_TEST(q8_path_is_invariant)
     float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
     test_fill_normal(x, n * cols, 1.0f, 41);
     ck_assert_int_eq(cpu_matmul_fast_set_q8(act), act);
+    cpu_matmul_fast_set_q8k(CPU_Q8K_NEVER); /* Q4_K, Q6_K on these codes too (act_q8k: test_matvec_q8k.c) */
     for (int isa = 0; isa <= 1; isa++) {
         if (cpu_matmul_fast_set_isa(isa) != isa)
             continue;
         for (size_t ti = 0; ti < N_Q8_TYPES; ti++) {
             const int type = q8_types[ti];
-            uint8_t *w = random_blocks(type, rows, cols, 800 + ti);
+            uint8_t *w = q8_random_blocks(type, rows, cols, 800 + ti);
             tp_set_threads(1);
             for (int64_t i = 0; i < n; i++)
                 cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
@@ -318,6 +318,7 @@ START_TEST(q8_path_is_invariant)
     tp_set_threads(0);
     cpu_matmul_fast_set_isa(-1);
     cpu_matmul_fast_set_q8(-1);
+    cpu_matmul_fast_set_q8k(-1);
     free(x);
     free(y1);
     free(yn);

@@ -10,10 +10,12 @@
  * which carries the terms a weight type adds per block (Q4_1's minimum,
  * the -8 / -16 offsets of Q4_0 / Q5_0, Q4_K's minima).
  *
- * One block format for every type, not ggml's Q8_K for the 256-weight
- * types: a row is quantized once for whatever types the matrices it meets
- * have, and a scale per 32 values is closer to the floats than one per
- * 256 (the accuracy cost is stated in test/test_matvec_q8.c).
+ * One block format for every type by default, not ggml's Q8_K for the
+ * 256-weight types: a row is quantized once for whatever types the
+ * matrices it meets have, and a scale per 32 values is closer to the
+ * floats than one per 256 (the accuracy cost is stated in
+ * test/test_matvec_q8.c).  The Q8_K-style act_q8k below is what Q4_K and
+ * Q6_K take with the int8 codes, or always with STRATA_MATMUL_Q8K=1.
  *
  * A q8 rows kernel computes y[i * ystride + r] = sum_c W[r][c] * x_i[c]
  * for nrows weight rows and n quantized activation rows.  Per output
@@ -54,6 +56,19 @@ typedef struct act_q16 {
     int16_t v[32]; /* 256 q + lo, |v| <= 32639 */
 } act_q16;
 
+/* Q8_K-style activations for the 256-weight types (Q4_K, Q6_K): int8
+ * codes with one scale per 256 values, d = max|x| / 127, q = nearbyint(x /
+ * d) (the recipe of act_q8 over 256 values instead of 32), and the sums of
+ * each 16 codes, which carry Q4_K's minima.  The kernels (q8k_rows_*) sum a
+ * whole super-block in int32 and convert and multiply once per 256
+ * weights (dot_q8k_scalar.c says how, and what it costs in accuracy). */
+typedef struct act_q8k {
+    int8_t q[256];
+    int16_t bsums[16]; /* sum of codes 16 g .. 16 g + 15 */
+    float d;
+    uint8_t pad_[28];  /* 320 bytes: each block's codes start 32-aligned */
+} act_q8k;
+
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
 void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq); /* same bits */
@@ -79,6 +94,15 @@ typedef void (*q16_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, i
 q16_rows_fn q16_rows_scalar(int type); /* dot_q8_scalar.c */
 q16_rows_fn q16_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
 q16_rows_fn q16_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* The Q8_K-style kernels: Q4_K and Q6_K only (NULL for other types);
+ * cols a multiple of 256.  Scalar and AVX2 twins give the same bits. */
+typedef void (*q8k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                            const act_q8k *x, int64_t n, float *y, int64_t ystride);
+/* xq[cols / 256] from x[cols]; cols a multiple of 256.  NaN codes as 0. */
+void act_q8k_quantize(const float *x, int64_t cols, act_q8k *xq);      /* dot_q8k_scalar.c */
+void act_q8k_quantize_avx2(const float *x, int64_t cols, act_q8k *xq); /* same bits */
+q8k_rows_fn q8k_rows_scalar(int type); /* dot_q8k_scalar.c */
+q8k_rows_fn q8k_rows_avx2(int type);   /* dot_q8k_avx2.c; NULL off x86-64 */
 /* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
 int fast_cpu_vnni_ok(void);
 
@@ -93,5 +117,17 @@ int fast_cpu_vnni_ok(void);
 #define CPU_ACT_Q16 2
 #define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
+/* When Q4_K and Q6_K take act_q8k where activations are quantized:
+ * CPU_Q8K_NEVER (STRATA_MATMUL_Q8K=0: the other types' format),
+ * CPU_Q8K_ALWAYS (STRATA_MATMUL_Q8K=1: also beside the 16-bit codes),
+ * CPU_Q8K_WITH_INT8 (the default: with the int8 codes, STRATA_MATMUL_ACT=8,
+ * not with the 16-bit ones: one scale per 256 values moved Gemma 3 270M's
+ * logits by 6e-2 against float64, doc/cpu.md).  -1 re-reads the
+ * environment.  Returns the setting.  Call while no matmul runs. */
+#define CPU_Q8K_NEVER 0
+#define CPU_Q8K_ALWAYS 1
+#define CPU_Q8K_WITH_INT8 2
+#define CPU_Q8K_DEFAULT CPU_Q8K_WITH_INT8
+int cpu_matmul_fast_set_q8k(int on);
 
 #endif

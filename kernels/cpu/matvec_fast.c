@@ -11,7 +11,10 @@
  *    int8 with STRATA_MATMUL_ACT=8 (act_q8.h), and the weights are dotted
  *    against the codes in integers, in tiles of up to 8 activation rows
  *    (dot_q8_tile_avx2.c; with AVX512-VNNI its dpwssd / dpbusd twins, the
- *    same bits; STRATA_MATMUL_VNNI=0 keeps AVX2); the other types (and all
+ *    same bits; STRATA_MATMUL_VNNI=0 keeps AVX2).  Q4_K and Q6_K rows of a
+ *    multiple of 256 columns take act_q8k instead (one scale per 256, a
+ *    super-block summed in int32: dot_q8k_avx2.c) with the int8 codes, or
+ *    always with STRATA_MATMUL_Q8K=1 (CPU_Q8K_*).  The other types (and all
  *    of them with STRATA_MATMUL_F32=1) keep float activations.  The codes live in a per-thread buffer that grows to the
  *    largest call and is then reused: no allocation in a step.
  *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
@@ -95,6 +98,30 @@ int cpu_matmul_fast_set_q8(int on)
     return q8_level();
 }
 
+/* -1: not chosen yet; else CPU_Q8K_NEVER, CPU_Q8K_ALWAYS or
+ * CPU_Q8K_WITH_INT8 (act_q8.h): when the 256-weight types (Q4_K, Q6_K)
+ * take act_q8k (int8 codes, one scale per 256) */
+static atomic_int fast_q8k = -1;
+
+static int q8k_level(void)
+{
+    int l = atomic_load_explicit(&fast_q8k, memory_order_relaxed);
+    if (l < 0) {
+        const char *e = getenv("STRATA_MATMUL_Q8K");
+        l = e && !strcmp(e, "0")   ? CPU_Q8K_NEVER
+            : e && !strcmp(e, "1") ? CPU_Q8K_ALWAYS
+                                   : CPU_Q8K_DEFAULT;
+        atomic_store_explicit(&fast_q8k, l, memory_order_relaxed);
+    }
+    return l;
+}
+
+int cpu_matmul_fast_set_q8k(int on)
+{
+    atomic_store(&fast_q8k, on);
+    return q8k_level();
+}
+
 /* -1: not chosen yet; 0 the AVX2 int8 kernels; 1 their AVX512-VNNI twins
  * (the same bits) where the CPU has them, unless STRATA_MATMUL_VNNI=0 */
 static atomic_int fast_vnni = -1;
@@ -156,6 +183,8 @@ typedef struct fast_job {
     const act_q8 *xq;       /* n x cols/32 blocks */
     q16_rows_fn q16;        /* non-NULL: 16-bit activations in xq16 */
     const act_q16 *xq16;
+    q8k_rows_fn q8k;        /* non-NULL: Q8_K-style activations in xq8k */
+    const act_q8k *xq8k;
     fast_rows_fn kern;      /* NULL: the decode-a-chunk fallback */
     const type_traits *t;
     const uint8_t *w;       /* rows x row_bytes */
@@ -194,11 +223,14 @@ static void chunk_rows(const fast_job *j, int64_t r0, int64_t r1)
 
 static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
-    if (j->q8 || j->q16) {
+    if (j->q8 || j->q16 || j->q8k) {
         const int64_t step = j->n > 1 ? FAST_L1_ROWS : r1 - r0;
         for (int64_t r = r0; r < r1; r += step) {
             const int64_t nr = r1 - r < step ? r1 - r : step;
-            if (j->q16)
+            if (j->q8k)
+                j->q8k(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq8k, j->n,
+                       j->y + r, j->rows);
+            else if (j->q16)
                 j->q16(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq16, j->n,
                        j->y + r, j->rows);
             else
@@ -246,7 +278,16 @@ void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
     const int act = q8_level();
-    if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
+    const int k8l = q8k_level();
+    const int use_k8 = k8l == CPU_Q8K_ALWAYS || (k8l == CPU_Q8K_WITH_INT8 && act == CPU_ACT_Q8);
+    q8k_rows_fn k8 = act && avx2 && cols % 256 == 0 && use_k8 ? q8k_rows_avx2(type) : NULL;
+    act_q8k *xk = k8 ? q8_scratch((size_t)(n * (cols / 256)) * sizeof *xk) : NULL;
+    if (xk) {
+        for (int64_t i = 0; i < n; i++)
+            act_q8k_quantize_avx2(x + i * cols, cols, xk + i * (cols / 256));
+        j.q8k = k8;
+        j.xq8k = xk;
+    } else if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
         q16_rows_fn k = vnni_level() ? q16_rows_avx512(type) : q16_rows_avx2(type);
         act_q16 *xq = k ? q8_scratch((size_t)(n * (cols / 32)) * sizeof *xq) : NULL;
         if (xq) {

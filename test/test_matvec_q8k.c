@@ -1,0 +1,291 @@
+/* test_matvec_q8k.c: suite "matvec_q8k" — Q4_K and Q6_K on Q8_K-style
+ * activations (act_q8k: int8 codes, one scale per 256; kernels/cpu/act_q8.h,
+ * dot_q8k_scalar.c, dot_q8k_avx2.c).
+ *
+ * Judges and tolerances:
+ *  - the quantizer's two twins give the same bytes; every code is within
+ *    half a step of its float (|x - d q| <= d / 2, plus one rounding), and
+ *    bsums are the sums of each 16 codes;
+ *  - both kernel twins against float64 sums of the decoded weights times
+ *    the decoded activations (d * q): the integer sums are exact, so only
+ *    the per-super-block float FMA and the final adds remain: 1e-5 of
+ *    sum |w x|;
+ *  - the accuracy cost against float64 sums of the weights times the float
+ *    activations: each activation moves by at most half its super-block's
+ *    step, so |y - y_exact| <= sum_c |w_c| d_c / 2 (+ 1e-5 of sum |w x|);
+ *    the mean relative error |y - y_exact| / sum |w x| on Gaussian
+ *    activations is printed beside that of act_q8 (a scale per 32) and of
+ *    act_q16, and held below 2e-3 (measured, 768 / 4864 columns: Q4_K
+ *    3.4e-4 / 1.6e-4, Q6_K 3.5e-4 / 1.7e-4; act_q8 3.3e-4 / 1.5e-4 and
+ *    3.1e-4 / 1.3e-4; act_q16 about 1e-6: Gaussian activations have no
+ *    outliers, so the coarser scale costs little here; a model's costs are
+ *    in doc/cpu.md);
+ *  - the AVX2 tiles against the C twin: bitwise, for 1..11, 16 and 17
+ *    activation rows (every split into tiles of 8, 4, 2, 1), 37 weight rows,
+ *    rows of 256, 768 and 4864 columns;
+ *  - cpu_matmul_fast on this path: a batch of 9 rows on 1, 2 and 3 threads
+ *    is bitwise one row at a time (the invariance rule), and bitwise the C
+ *    twin's. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/act_q8.h"
+#include "kernels/cpu/dot_kernels.h"
+#include "kernels/cpu/threadpool.h"
+#include "kernels/ops.h"
+#include "model/quant.h"
+#include "test_matvec_q8.h"
+
+static const int k_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+#define N_K_TYPES (sizeof k_types / sizeof k_types[0])
+
+START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
+{
+    const int64_t cols = 4096, nb = cols / 256;
+    float *x = malloc(cols * sizeof *x);
+    act_q8k *a = calloc(nb, sizeof *a), *b = calloc(nb, sizeof *b);
+    test_fill_normal(x, cols, 3.0f, 121);
+    x[5] = 0.0f;
+    for (int j = 512; j < 768; j++) /* an all-zero super-block: d = 0, codes 0 */
+        x[j] = 0.0f;
+    x[1000] = 40.0f; /* an outlier: its block's other codes get coarse */
+    act_q8k_quantize(x, cols, a);
+    double err_sum = 0;
+    int64_t counted = 0;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const float d = a[blk].d;
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 16 * g; j < 16 * g + 16; j++) {
+                const float xv = x[256 * blk + j];
+                const int c = a[blk].q[j];
+                ck_assert_msg(fabsf(xv - d * c) <= d * 0.5f * (1 + 1e-6f),
+                              "block %lld elem %d: x %.9g code %d d %.9g", (long long)blk, j, xv,
+                              c, d);
+                ck_assert(c >= -127 && c <= 127);
+                if (d > 0) {
+                    err_sum += fabsf(xv - d * c) / d;
+                    counted++;
+                }
+                sum += c;
+            }
+            ck_assert_int_eq(a[blk].bsums[g], sum);
+        }
+    }
+    ck_assert(a[2].d == 0.0f && a[2].bsums[0] == 0);
+    err_sum /= (double)counted;
+    ck_assert_msg(err_sum > 0.2 && err_sum < 0.3, "mean error %.3g steps", err_sum);
+    if (!fast_cpu_avx2_ok()) {
+        test_note_skip("quantizer_twins_agree (AVX2 twin)", "cpu", "CPU lacks AVX2/FMA/F16C");
+    } else {
+        act_q8k_quantize_avx2(x, cols, b);
+        ck_assert_msg(!memcmp(a, b, nb * sizeof *a), "AVX2 quantizer differs from C");
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* y (n x rows) of one of the int8 formats over 32 (wide: act_q16) through
+ * the C twins, for the comparison the accuracy line prints. */
+static void rows_on_32(int wide, int type, const uint8_t *w, size_t rb, int64_t rows,
+                       int64_t cols, const float *x, int64_t n, float *y)
+{
+    const int64_t nsub = cols / 32;
+    void *xq = calloc(n * nsub, wide ? sizeof(act_q16) : sizeof(act_q8));
+    for (int64_t i = 0; i < n; i++) {
+        if (wide)
+            act_q16_quantize(x + i * cols, cols, (act_q16 *)xq + i * nsub);
+        else
+            act_q8_quantize(x + i * cols, cols, (act_q8 *)xq + i * nsub);
+    }
+    if (wide)
+        q16_rows_scalar(type)(w, rb, rows, cols, xq, n, y, rows);
+    else
+        q8_rows_scalar(type)(w, rb, rows, cols, xq, n, y, rows);
+    free(xq);
+}
+
+START_TEST(kernels_match_float64_on_the_codes)
+{
+    const int64_t rows = 37, cols = _i ? 4864 : 768, n = 5, nb = cols / 256;
+    const int avx2 = fast_cpu_avx2_ok();
+    if (!avx2)
+        test_note_skip("kernels_match_float64_on_the_codes (AVX2 twin)", "cpu",
+                       "CPU lacks AVX2/FMA/F16C");
+    float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
+    float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
+    float *y8 = malloc(n * rows * sizeof *y8), *y16 = malloc(n * rows * sizeof *y16);
+    act_q8k *xq = calloc(n * nb, sizeof *xq);
+    test_fill_normal(x, n * cols, 1.0f, 131);
+    for (int64_t i = 0; i < n; i++)
+        act_q8k_quantize(x + i * cols, cols, xq + i * nb);
+    for (int64_t i = 0; i < n * nb; i++)
+        for (int j = 0; j < 256; j++)
+            xd[256 * i + j] = xq[i].d * (float)xq[i].q[j];
+    double worst = 0;
+    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
+        const int type = k_types[ti];
+        uint8_t *w = q8_random_blocks(type, rows, cols, 1700 + ti);
+        const size_t rb = type_row_bytes(type, cols);
+        type_traits_get(type)->dequant(w, wf, rows * cols);
+        rows_on_32(0, type, w, rb, rows, cols, x, n, y8);
+        rows_on_32(1, type, w, rb, rows, cols, x, n, y16);
+        double rel[3] = {0, 0, 0};
+        for (int tw = 0; tw <= avx2; tw++) {
+            q8k_rows_fn k = tw ? q8k_rows_avx2(type) : q8k_rows_scalar(type);
+            ck_assert(k != NULL);
+            k(w, rb, rows, cols, xq, n, y, rows);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double on_codes = 0, exact = 0, mag = 0, step = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        const double wv = wf[r * cols + c];
+                        on_codes += wv * xd[i * cols + c];
+                        exact += wv * x[i * cols + c];
+                        mag += fabs(wv * x[i * cols + c]);
+                        step += fabs(wv) * xq[i * nb + c / 256].d * 0.5;
+                    }
+                    const double got = y[i * rows + r];
+                    ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
+                                  (long long)r);
+                    ck_assert_msg(fabs(got - on_codes) <= 1e-5 * mag,
+                                  "%s (%s) row %lld tok %lld: %.9g, on the codes %.9g (sum|wx| %g)",
+                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
+                                  got, on_codes, mag);
+                    ck_assert_msg(fabs(got - exact) <= step + 1e-5 * mag,
+                                  "%s (%s) row %lld tok %lld: %.9g, exact %.9g, bound %g",
+                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
+                                  got, exact, step + 1e-5 * mag);
+                    if (!tw) {
+                        rel[0] += fabs(got - exact) / mag;
+                        rel[1] += fabs(y8[i * rows + r] - exact) / mag;
+                        rel[2] += fabs(y16[i * rows + r] - exact) / mag;
+                    }
+                }
+        }
+        for (int k = 0; k < 3; k++)
+            rel[k] /= (double)(n * rows);
+        printf("  %-5s cols %lld: mean |y - exact| / sum|wx|: act_q8k %.2e, act_q8 %.2e, "
+               "act_q16 %.2e\n", type_name(type), (long long)cols, rel[0], rel[1], rel[2]);
+        worst = rel[0] > worst ? rel[0] : worst;
+        free(w);
+    }
+    ck_assert_msg(worst < 2e-3, "mean relative error %.3g", worst);
+    free(x);
+    free(xd);
+    free(wf);
+    free(y);
+    free(y8);
+    free(y16);
+    free(xq);
+}
+END_TEST
+
+START_TEST(tiles_match_the_c_twin_bitwise)
+{
+    if (!fast_cpu_avx2_ok())
+        TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
+    const int64_t rows = 37, nmax = 17;
+    const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17};
+    const int64_t colss[] = {256, 768, 4864};
+    for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
+        const int64_t cols = colss[ci], nb = cols / 256;
+        float *x = malloc(nmax * cols * sizeof *x);
+        float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
+        act_q8k *xq = calloc(nmax * nb, sizeof *xq);
+        test_fill_normal(x, nmax * cols, 1.0f, 151 + ci);
+        for (int64_t i = 0; i < nmax; i++)
+            act_q8k_quantize(x + i * cols, cols, xq + i * nb);
+        for (size_t ti = 0; ti < N_K_TYPES; ti++) {
+            const int type = k_types[ti];
+            uint8_t *w = q8_random_blocks(type, rows, cols, 1900 + 10 * ci + ti);
+            const size_t rb = type_row_bytes(type, cols);
+            q8k_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const int64_t n = ns[ni];
+                memset(ya, 0xff, nmax * rows * sizeof *ya);
+                q8k_rows_avx2(type)(w, rb, rows, cols, xq, n, ya, rows);
+                for (int64_t k = 0; k < n * rows; k++)
+                    ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
+                                  "%s cols %lld n=%lld row %lld tok %lld: avx2 %.9g, C twin %.9g",
+                                  type_name(type), (long long)cols, (long long)n,
+                                  (long long)(k % rows), (long long)(k / rows), ya[k], yc[k]);
+            }
+            free(w);
+        }
+        free(x);
+        free(ya);
+        free(yc);
+        free(xq);
+    }
+}
+END_TEST
+
+/* cpu_matmul_fast with act_q8k (the default for these types): a batch of 9
+ * rows on 1, 2 and 3 threads gives bitwise one row at a time, and the C
+ * twin's bits. */
+START_TEST(q8k_path_is_invariant)
+{
+    if (!fast_cpu_avx2_ok())
+        TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
+    const int64_t rows = 203, cols = 4864, n = 9, nb = cols / 256;
+    float *x = malloc(n * cols * sizeof *x);
+    float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
+    float *yc = malloc(n * rows * sizeof *yc);
+    act_q8k *xq = calloc(n * nb, sizeof *xq);
+    test_fill_normal(x, n * cols, 1.0f, 141);
+    for (int64_t i = 0; i < n; i++)
+        act_q8k_quantize(x + i * cols, cols, xq + i * nb);
+    ck_assert_int_eq(cpu_matmul_fast_set_q8(CPU_ACT_Q16), CPU_ACT_Q16);
+    ck_assert_int_eq(cpu_matmul_fast_set_q8k(CPU_Q8K_ALWAYS), CPU_Q8K_ALWAYS);
+    ck_assert_int_eq(cpu_matmul_fast_set_isa(1), 1);
+    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
+        const int type = k_types[ti];
+        uint8_t *w = q8_random_blocks(type, rows, cols, 1800 + ti);
+        q8k_rows_scalar(type)(w, type_row_bytes(type, cols), rows, cols, xq, n, yc, rows);
+        tp_set_threads(1);
+        for (int64_t i = 0; i < n; i++)
+            cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
+        ck_assert_msg(!memcmp(y1, yc, n * rows * sizeof *yc), "%s: not the C twin's bits",
+                      type_name(type));
+        for (int nt = 1; nt <= 3; nt++) {
+            tp_set_threads(nt);
+            memset(yn, 0, n * rows * sizeof *yn);
+            cpu_matmul_fast(type, w, rows, cols, x, n, yn);
+            ck_assert_msg(!memcmp(y1, yn, n * rows * sizeof *yn),
+                          "%s: batch of %lld on %d threads differs from one row at a time",
+                          type_name(type), (long long)n, nt);
+        }
+        free(w);
+    }
+    tp_set_threads(0);
+    cpu_matmul_fast_set_isa(-1);
+    cpu_matmul_fast_set_q8(-1);
+    cpu_matmul_fast_set_q8k(-1);
+    free(x);
+    free(y1);
+    free(yn);
+    free(yc);
+    free(xq);
+}
+END_TEST
+
+static Suite *matvec_q8k_suite(void)
+{
+    Suite *s = suite_create("matvec_q8k");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, quantizer_twins_agree_and_round_to_half_a_step);
+    tcase_add_loop_test(tc, kernels_match_float64_on_the_codes, 0, 2); /* 768, 4864 columns */
+    tcase_add_test(tc, tiles_match_the_c_twin_bitwise);
+    tcase_add_test(tc, q8k_path_is_invariant);
+    suite_add_tcase(s, tc);
+    return s;
+}
+TEST_SUITE(matvec_q8k_suite)
