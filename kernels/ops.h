@@ -126,6 +126,7 @@ void cpu_dequant_v4(const uint8_t *q, const uint16_t *d, int n, float *x);
 void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d);
 void cpu_dequant_v4nl(const uint8_t *q, const uint16_t *d, int n, float *x);
 int kv_nl_code(float r); /* nearest IQ4_NL level index of r (NaN -> 8) */
+uint16_t fp16_keep7(uint16_t h); /* fp16 bits rounded to 7 significant bits */
 
 
 /* ---- KV rotation (kernels/cpu/rotate.c) ---------------------------------

@@ -4,10 +4,12 @@
  * scale, in Q4_0's bytes) and the K shift (kv_view.kshift: a fixed vector
  * subtracted from every key before it is stored).
  *
- * Judges: the level table itself (each code is the nearest level), and the
+ * Judges: the level table itself (each code is the nearest level), the
+ * scale's 7 significant bits (what the card's one-FMA decode needs), and the
  * squared error against Q4_0's absmax recipe on the values a rotated cache
  * stores (Gaussian blocks): measured relative RMS error Q4_0 0.0861,
- * IQ4_NL-coded 0.0752 (-24 % in squared error); bound: below 0.92 x Q4_0's.
+ * IQ4_NL-coded 0.0753 (-24 % in squared error; 0.0752 before the
+ * scale kept 7 significant bits); bound: below 0.92 x Q4_0's.
  * Edge blocks (zeros, an Inf, a NaN among finite values) give a defined
  * block: finite decoded values, the finite elements of a NaN-holding block
  * within 2x the Gaussian error.
@@ -107,6 +109,48 @@ START_TEST(nl_edge_blocks_are_defined)
 }
 END_TEST
 
+/* The stored V scale keeps 7 significant bits, and with it the card's one-FMA
+ * decode is exact: for every finite fp16 h, fp16_keep7(h) clears the low 4
+ * mantissa bits, keeps the sign, moves the value by at most 2^-7 of itself
+ * (normal h) or 8 of the smallest steps (subnormal h), and for |d| < 57
+ * 1152 d is an fp16 value (so (1152 + l) d - 1152 d = l d before the FMA's
+ * one rounding).  Every scale cpu_quant_v4nl writes is such a value. */
+START_TEST(nl_scale_keeps_7_bits)
+{
+    int exact = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        if ((h & 0x7c00u) == 0x7c00u)
+            continue; /* Inf, NaN */
+        uint16_t r = fp16_keep7((uint16_t)h);
+        float v = fp16_to_f32((uint16_t)h), w = fp16_to_f32(r);
+        ck_assert_msg((r & 0xfu) == 0 && (r & 0x8000u) == (h & 0x8000u), "h %04x -> %04x", h,
+                      r);
+        ck_assert_msg((r & 0x7c00u) != 0x7c00u, "h %04x rounds to Inf", h);
+        double tol = (h & 0x7c00u) ? ldexp(fabs(v), -7) : 8.0 * ldexp(1.0, -24);
+        ck_assert_msg(fabs((double)w - v) <= tol || (h & 0x7fffu) >= 0x7bf8u,
+                      "h %04x (%g) -> %g", h, v, w);
+        if (fabsf(w) < 57.0f) {
+            float p = 1152.0f * w; /* exact in float */
+            ck_assert_msg(fp16_to_f32(f32_to_fp16(p)) == p, "1152 x %g not fp16", w);
+            exact++;
+        }
+    }
+    ck_assert_int_gt(exact, 20000);
+    const int n = 32 * 512;
+    float *x = malloc(sizeof *x * n);
+    uint8_t *q = malloc((size_t)n / 2);
+    uint16_t d[512];
+    for (int scale = 0; scale < 3; scale++) {
+        test_fill_normal(x, n, scale == 0 ? 1e-6f : scale == 1 ? 0.3f : 900.0f, 77 + scale);
+        cpu_quant_v4nl(x, n, q, d);
+        for (int b = 0; b < 512; b++)
+            ck_assert_msg((d[b] & 0xfu) == 0, "block %d: scale %04x", b, d[b]);
+    }
+    free(x);
+    free(q);
+}
+END_TEST
+
 /* float64 softmax(q K^T * scale) V over n exact keys/values of one head. */
 static void exact_attention(const float *q, const float *k, const float *v, int n, int hd,
                             float scale, double *out)
@@ -195,6 +239,7 @@ static Suite *kv_r2_suite(void)
     tcase_add_test(tc, nl_codes_are_nearest_levels);
     tcase_add_test(tc, nl_beats_q4_0_on_gaussian_blocks);
     tcase_add_test(tc, nl_edge_blocks_are_defined);
+    tcase_add_test(tc, nl_scale_keeps_7_bits);
     tcase_add_test(tc, kshift_removes_a_fixed_bias_from_the_keys);
     suite_add_tcase(s, tc);
     return s;

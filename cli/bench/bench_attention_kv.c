@@ -131,7 +131,9 @@ static double bk_time(bk_run *r, int what, int n_seq, int n_tok, int runs, cudaS
 }
 
 /* Random but valid bytes: int8 quants without -128 and nibbles; fp16 scales
- * near 0.02; f16 values of magnitude 0.125 .. 0.25. */
+ * near 0.02 (kind 3: with 7 significant bits, as the k8v4nl store writes V's,
+ * so the attention takes its one-FMA V decode); f16 values of magnitude
+ * 0.125 .. 0.25. */
 static void bk_fill(void *p, size_t n, int kind, uint64_t seed)
 {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -145,7 +147,9 @@ static void bk_fill(void *p, size_t n, int kind, uint64_t seed)
         }
         for (int j = 0; j < 4; j++) {
             uint16_t r = (uint16_t)(s >> (16 * j));
-            h[4 * i + j] = kind == 1 ? (uint16_t)(0x2500 + (r & 0xff)) : (uint16_t)(0x3000 | (r & 0x83ff));
+            h[4 * i + j] = kind == 1   ? (uint16_t)(0x2500 + (r & 0xff))
+                           : kind == 3 ? (uint16_t)(0x2500 + (r & 0xf0))
+                                       : (uint16_t)(0x3000 | (r & 0x83ff));
         }
     }
 }
@@ -182,7 +186,7 @@ static int bk_pool_make(bk_pool *p, bk_run *r, const bk_format *f, int ctx, int 
     size_t rows = (size_t)n_pages * BK_NKV * KV_PAGE;
     size_t bytes[4] = {rows * BK_HD, rows * (BK_HD / 32) * 2, rows * BK_HD / 2,
                        rows * (BK_HD / 32) * 2};
-    int kinds[4] = {0, 1, 0, 1};
+    int kinds[4] = {0, 1, 0, f->type == KV_K8V4NL ? 3 : 1};
     if (f->type == KV_F16) {
         bytes[0] = bytes[2] = rows * BK_HD * 2;
         bytes[1] = bytes[3] = 0;

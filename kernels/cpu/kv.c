@@ -79,9 +79,10 @@ void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
  * of largest |x| to -127 + t (t = -7..7; a negative scale lets either sign
  * take the table's wider end), each candidate's codes give the
  * least-squares scale d = sum(l x) / sum(l^2), and the candidate with the
- * largest d * sum(l x) (the least squared error) wins.  The codes are then
- * re-chosen for the stored fp16 d (a NaN element counts as 0 in the sums
- * and gets code 8; an Inf makes d = 0).  Every step is a plain IEEE operation
+ * largest d * sum(l x) (the least squared error) wins.  The fp16 d keeps
+ * 7 significant bits (fp16_keep7), and the codes are then re-chosen for
+ * that stored d (a NaN element counts as 0 in the sums and gets code 8; an
+ * Inf makes d = 0).  Every step is a plain IEEE operation
  * and the sums run in the order of a 32-lane butterfly (kv_sum32), so
  * kernels/cuda/kv.cu reproduces the block bit for bit.  Layout as Q4_0. */
 static const float nl_mid[15] = { /* midpoints of iq4nl_values */
@@ -108,6 +109,26 @@ static float kv_sum32(float *a)
         for (int i = 0; i < off; i++)
             a[i] = a[i] + a[i + off];
     return a[0];
+}
+
+/* fp16 bits h rounded to 7 significant bits (the low 4 of the 10 mantissa
+ * bits cleared, round half to even; a finite value never rounds to Inf).
+ * With such a scale d, 1152 d is exact in fp16 (9 times a 7-bit mantissa
+ * fits in 11 bits) for |d| < 56.9, so the card's attention decodes a level
+ * l stored as the fp16 mantissa 1152 + l with one FMA, (1152 + l) d -
+ * 1152 d, which is l d under one rounding, without a bias term to take
+ * off (doc/cuda-attention.md, "The cache the kernels read").  The scale
+ * moves by at most 2^-7 of itself; the codes are chosen after it.
+ * kernels/cuda/kv.cu has the same function. */
+uint16_t fp16_keep7(uint16_t h)
+{
+    uint32_t mag = h & 0x7fffu;
+    if (mag >= 0x7c00u)
+        return h; /* Inf, NaN: not a scale this quantizer writes */
+    mag = (mag + 7u + ((mag >> 4) & 1u)) & ~0xfu;
+    if (mag >= 0x7c00u)
+        mag = 0x7bf0u;
+    return (uint16_t)((h & 0x8000u) | mag);
 }
 
 void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
@@ -139,7 +160,7 @@ void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
                 }
             }
         }
-        d[b] = f32_to_fp16(db);
+        d[b] = fp16_keep7(f32_to_fp16(db));
         float ds = fp16_to_f32(d[b]);
         float id = ds != 0.0f ? 1.0f / ds : 0.0f;
         for (int j = 0; j < 16; j++) {

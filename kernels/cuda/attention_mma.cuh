@@ -87,9 +87,7 @@ __device__ __forceinline__ uint32_t movtrans(uint32_t x)
 #define H2_1032 0x64086408u /* 1032 = 1024 + 8: low nibble bias */
 #define H2_1_16 0x2c002c00u /* 1/16 */
 #define H2_M72 0xd480d480u  /* -72 = -(1024/16 + 8): high nibble bias */
-#define H2_1024 0x64006400u /* 1024 */
-#define H2_M1024 0xe400e400u /* -1024 */
-#define H2_128 0x58005800u  /* 128 */
+#define H2_M1152 0xe480e480u /* -1152 */
 
 /* ---- the arguments, shared by both kernels ------------------------------- */
 
@@ -301,9 +299,6 @@ template <int KT, int HD> __device__ __forceinline__ int att_dim(int i, int g, i
 template <int HD, int NT> struct att_warp_state {
     float m[NT][2], l[NT][2];
     float o[HD / 16][NT][4];
-    /* k8v4nl: sum over the tokens of 128 d P, the bias every m-tile of o
-     * holds (att_pv_nl); taken off at the chunk's end.  Unused otherwise. */
-    float cv[NT][4];
 };
 
 /* S^T = K Q^T for one 16-token step: S[nt][e], rows (tokens) g, g, g+8,
@@ -357,7 +352,7 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
     }
 }
 
-#include "kernels/cuda/attention_nl.cuh" /* k8v4nl's V: att_pv_nl, att_pv_fix */
+#include "kernels/cuda/attention_nl.cuh" /* k8v4nl's V: att_pv_nl */
 
 /* O^T += V^T P^T for one 16-token step.  Tokens at or past t_end (stale
  * bytes past the context, or the next chunk's) get a zero scale (f16: a
@@ -366,10 +361,10 @@ __device__ __forceinline__ void att_qk(float (&S)[NT][4], const att_step<KT, HD>
 template <int KT, int HD, int NT>
 __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_step<KT, HD> &st,
                                        const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
-                                       int c)
+                                       int c, bool nl_fast)
 {
     if constexpr (KT == KV_K8V4NL) {
-        att_pv_nl<HD, NT>(ws, st, pb, T, t_end, c);
+        att_pv_nl<HD, NT>(ws, st, pb, T, t_end, c, nl_fast);
     } else if constexpr (KT != KV_F16) { /* k8v4 */
         uint32_t dv[4];
 #pragma unroll
@@ -495,18 +490,13 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                 ws.o[i][nt][2] = __fmul_rn(ws.o[i][nt][2], al[nt][0]);
                 ws.o[i][nt][3] = __fmul_rn(ws.o[i][nt][3], al[nt][1]);
             }
-        if constexpr (KT == KV_K8V4NL) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                ws.cv[nt][0] = __fmul_rn(ws.cv[nt][0], al[nt][0]);
-                ws.cv[nt][1] = __fmul_rn(ws.cv[nt][1], al[nt][1]);
-                ws.cv[nt][2] = __fmul_rn(ws.cv[nt][2], al[nt][0]);
-                ws.cv[nt][3] = __fmul_rn(ws.cv[nt][3], al[nt][1]);
-            }
-        }
     }
-    att_pv<KT, HD, NT>(ws, s0, pb0, T, t_end, c);
-    att_pv<KT, HD, NT>(ws, s1, pb1, T + 16, t_end, c);
+    /* k8v4nl: one vote for both steps on which V decode they take */
+    bool nl_fast = true;
+    if constexpr (KT == KV_K8V4NL)
+        nl_fast = att_nl_fast<KT, HD>(s0, s1);
+    att_pv<KT, HD, NT>(ws, s0, pb0, T, t_end, c, nl_fast);
+    att_pv<KT, HD, NT>(ws, s1, pb1, T + 16, t_end, c, nl_fast);
 }
 
 /* Chunk partials fold in a fixed two-level tree: the chunks of a super-chunk
@@ -662,7 +652,6 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
 #pragma unroll
         for (int i = 0; i < HD / 16; i++)
             ws.o[i][nt][0] = ws.o[i][nt][1] = ws.o[i][nt][2] = ws.o[i][nt][3] = 0.0f;
-        ws.cv[nt][0] = ws.cv[nt][1] = ws.cv[nt][2] = ws.cv[nt][3] = 0.0f;
     }
 
     /* Pair i (tokens T0 + i*stride .. +31) goes through slots 2*(i % S) and
@@ -695,7 +684,6 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
                                      a.window, g, c);
     }
     cp_async_wait<0>();
-    att_pv_fix<KT, HD, NT>(ws);
 
     /* Warp states -> the block's chunk partial, warps in index order. */
     if (g == 0) {

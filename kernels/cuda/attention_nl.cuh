@@ -1,8 +1,8 @@
 /* attention_nl.cuh: the fast attention kernel's V decode for k8v4nl (the
  * k8v4r2 cache's IQ4_NL-coded V): the codes' levels looked up by byte
- * permutes, the scale applied with one HFMA2 per pair of values, and the
- * bias that leaves in O summed beside it and taken off at the chunk's end
- * (doc/cuda-attention.md, "The cache the kernels read").
+ * permutes, the scale applied and the mantissa's bias taken off with one
+ * HFMA2 per pair of values (doc/cuda-attention.md, "The cache the kernels
+ * read").
  *
  * Device code only; included once, by attention_mma.cuh, after the step
  * and warp-state types it works on. */
@@ -32,22 +32,17 @@ __device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
 }
 
 /* att_pv for k8v4nl.  The codes' level bytes (level + 128) become fp16
- * mantissas as K's do, y = 1024 + 128 + level, and one HFMA2 takes 1024 d
- * off and applies the token's scale d: y d - 1024 d = (128 + level) d, exact
- * before its one rounding (-1024 d is exact in fp16 for |d| < 64).  So
- * every element of A carries 128 d too much; those are the same for all
- * m-tiles of a lane (its rows g and g+8 lie in one V block, of scale d, in
- * every m-tile: att_dim), so one more MMA per step, of A = 128 d, sums
- * them (ws.cv), and the chunk's end takes them off (att_pv_fix).  Against
- * HSUB2 then HMUL2 (level d rounded once) an element's rounding error grows
- * from 2^-12 |level d| to 2^-12 |(128 + level) d|, at most 2^-12 x 241/127
- * of its block's largest element, 4.7e-4 of it.  A step with a scale of
- * |d| >= 64 (V elements of ~8000) somewhere in the warp, where -1024 d
- * would overflow, takes (y - 1024) d instead, HSUB2 (exact) then HMUL2:
+ * mantissas as K's do, y = 1152 + level, and one HFMA2 applies the token's
+ * scale d and takes 1152 d off: y d - 1152 d = level d, exact before its
+ * one rounding.  That needs -1152 d exact in fp16, which the store
+ * guarantees by keeping 7 significant bits in d (fp16_keep7 in
+ * kernels/cpu/kv.c: 9 times a 7-bit mantissa fits in 11 bits) for |d| <
+ * 56.9.  A step with any other scale in the warp (|d| >= 56.5, V elements
+ * of ~7000; or a scale with more bits, from an image written before the
+ * store rounded them) takes HSUB2 (y - 1152 = level, exact) then HMUL2:
  * the same value under the same one rounding, so which tokens share a step
  * changes no bit (they differ with the chunking, and a column's result
- * must not depend on tokens it does not see).  |d| < 272 (V elements up to
- * ~34000) keeps (128 + level) d finite.
+ * must not depend on tokens it does not see).
  *
  * The lookup (att_nl_word) runs on the two tokens' bytes already paired
  * (a0 b0 a1 b1 | a2 b2 a3 b3): the level bytes of a pair come out in the
@@ -60,7 +55,7 @@ __device__ __forceinline__ void att_pv_nl_tiles(att_warp_state<HD, NT> &ws,
                                                 const uint32_t (&pb)[NT][2], uint32_t dvab,
                                                 uint32_t dvcd)
 {
-    const uint32_t nab = h2mul(dvab, H2_M1024), ncd = h2mul(dvcd, H2_M1024);
+    const uint32_t nab = h2mul(dvab, H2_M1152), ncd = h2mul(dvcd, H2_M1152);
 #pragma unroll
     for (int w = 0; w < HD / 64; w++) {
         uint32_t lab[2][2], lcd[2][2]; /* level bytes: [half of the word][..] */
@@ -83,29 +78,42 @@ __device__ __forceinline__ void att_pv_nl_tiles(att_warp_state<HD, NT> &ws,
                 A[1] = h2fma(A[1], dvab, nab);
                 A[2] = h2fma(A[2], dvcd, ncd);
                 A[3] = h2fma(A[3], dvcd, ncd);
-            } else { /* y - 1024 = 128 + level exactly: the same one rounding */
-                A[0] = h2mul(h2sub(A[0], H2_1024), dvab);
-                A[1] = h2mul(h2sub(A[1], H2_1024), dvab);
-                A[2] = h2mul(h2sub(A[2], H2_1024), dvcd);
-                A[3] = h2mul(h2sub(A[3], H2_1024), dvcd);
+            } else { /* y - 1152 = level exactly: the same one rounding */
+                A[0] = h2mul(h2sub(A[0], H2_1152), dvab);
+                A[1] = h2mul(h2sub(A[1], H2_1152), dvab);
+                A[2] = h2mul(h2sub(A[2], H2_1152), dvcd);
+                A[3] = h2mul(h2sub(A[3], H2_1152), dvcd);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 mma16816(ws.o[4 * w + bs][nt], A, pb[nt][0], pb[nt][1]);
         }
     }
-    const uint32_t cab = h2mul(dvab, H2_128), ccd = h2mul(dvcd, H2_128);
-    const uint32_t A[4] = {cab, cab, ccd, ccd};
+}
+
+/* Whether every V scale of two steps, as the lane holds them, allows the
+ * one-FMA decode, voted over the warp: |d| < 57 (0x5320; 1152 x 56.5 still
+ * fits fp16) with the low 4 mantissa bits clear.  The OR of the magnitudes
+ * is at least their max and has a low bit set where any scale does; scales
+ * past the context (stale bytes) count too.  A false alarm only takes the
+ * slower path, to the same bits. */
+template <int KT, int HD>
+__device__ __forceinline__ bool att_nl_fast(const att_step<KT, HD> &s0,
+                                            const att_step<KT, HD> &s1)
+{
+    uint32_t any = 0;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-        mma16816(ws.cv[nt], A, pb[nt][0], pb[nt][1]);
+    for (int q = 0; q < 4; q++)
+        any |= s0.dv[q] | s1.dv[q];
+    const bool slow = (any & 0x7fffu) >= 0x5320u || (any & 0xfu) != 0u;
+    return !__any_sync(0xffffffffu, slow);
 }
 
 template <int HD, int NT>
 __device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
                                           const att_step<KV_K8V4NL, HD> &st,
                                           const uint32_t (&pb)[NT][2], int32_t T, int32_t t_end,
-                                          int c)
+                                          int c, bool fast)
 {
     uint32_t dv[4];
 #pragma unroll
@@ -114,28 +122,10 @@ __device__ __forceinline__ void att_pv_nl(att_warp_state<HD, NT> &ws,
         dv[q] = t < t_end ? st.dv[q] : 0u;
     }
     const uint32_t dvab = dv[0] | (dv[1] << 16), dvcd = dv[2] | (dv[3] << 16);
-    /* |d| >= 64 anywhere (the OR of the magnitudes is at least their max:
-     * a false alarm only takes the slower path) */
-    const bool big = ((dv[0] | dv[1] | dv[2] | dv[3]) & 0x7fffu) >= 0x5400u;
-    if (!__any_sync(0xffffffffu, big))
+    if (fast)
         att_pv_nl_tiles<true, HD, NT>(ws, st, pb, dvab, dvcd);
     else
         att_pv_nl_tiles<false, HD, NT>(ws, st, pb, dvab, dvcd);
-}
-
-/* k8v4nl: o minus the bias att_pv_nl summed in cv, once per chunk. */
-template <int KT, int HD, int NT>
-__device__ __forceinline__ void att_pv_fix(att_warp_state<HD, NT> &ws)
-{
-    if constexpr (KT == KV_K8V4NL) {
-#pragma unroll
-        for (int i = 0; i < HD / 16; i++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    ws.o[i][nt][e] = __fsub_rn(ws.o[i][nt][e], ws.cv[nt][e]);
-    }
 }
 
 #endif

@@ -19,7 +19,8 @@
  * same count of level midpoints below x as the CPU's comparisons), sum(l x)
  * in the xor butterfly's order, which kv_sum32 copies on the CPU, sum(l^2)
  * in integers (exact in any order); the same IEEE divisions and products,
- * so the codes and the scale match the CPU's bit for bit.
+ * so the codes and the scale match the CPU's bit for bit; the scale keeps
+ * 7 significant bits (h_keep7), as there.
  *
  * Layout and speed: one warp per 32-element block (one lane per element),
  * shuffles for the block maximum, lanes 0..15 pack the nibble pairs.  A
@@ -41,6 +42,19 @@
 __device__ __forceinline__ uint16_t f2h_bits(float f)
 {
     return __half_as_ushort(__float2half_rn(f));
+}
+
+/* fp16 bits rounded to 7 significant bits: kernels/cpu/kv.c's fp16_keep7
+ * (its comment says why the k8v4nl scale is so). */
+__device__ __forceinline__ uint16_t h_keep7(uint16_t h)
+{
+    uint32_t mag = h & 0x7fffu;
+    if (mag >= 0x7c00u)
+        return h;
+    mag = (mag + 7u + ((mag >> 4) & 1u)) & ~0xfu;
+    if (mag >= 0x7c00u)
+        mag = 0x7bf0u;
+    return (uint16_t)((h & 0x8000u) | mag);
 }
 
 /* Codes for every float input, as kernels/cpu/kv.c: clamped in float
@@ -269,6 +283,7 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
     if (!(best > 0.0f))
         vmax = 0.0f; /* all zeros: the CPU keeps its initial +0.0 */
     float dv;
+    uint16_t dbits; /* the stored fp16 scale */
     int code;
     if constexpr (NL) {
         /* IQ4_NL levels, searched scale (cpu_quant_v4nl); zero or Inf
@@ -281,21 +296,21 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
         float db = nl_search(xv, vmax, lane, *tb);
         if (!(best > 0.0f && best <= 3.0e38f))
             db = 0.0f;
-        uint16_t dh = f2h_bits(db);
-        dv = __half2float(__ushort_as_half(dh));
+        dbits = h_keep7(f2h_bits(db));
+        dv = __half2float(__ushort_as_half(dbits));
         float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
         code = tb->code[nl_index(__fmul_rn(xv, id))];
-        dv = db; /* stored below as the same fp16 bits */
     } else {
         dv = __fdiv_rn(vmax, -8.0f);
         float idv = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
         code = v4_code(__fadd_rn(__fmul_rn(xv, idv), 8.5f));
+        dbits = f2h_bits(dv);
     }
     int hi = __shfl_down_sync(0xffffffffu, code, 16);
     if (lane < 16)
         kv.vq[slot * (hd / 2) + 16 * b + lane] = (uint8_t)(code | (hi << 4));
     if (lane == 0)
-        kv.vd[slot * nb + b] = f2h_bits(dv);
+        kv.vd[slot * nb + b] = dbits;
 }
 
 /* One warp per (token, kv head, 32-block).  NL: k8v4nl (the IQ4_NL table in

@@ -197,9 +197,22 @@ def _sum32_butterfly(a):
     return a[..., 0]
 
 
+def fp16_keep7(h):
+    """fp16 values rounded to 7 significant bits, as kernels/cpu/kv.c's
+    fp16_keep7: the low 4 mantissa bits rounded off (half to even) on the
+    bit pattern; a finite value never becomes Inf."""
+    bits = np.asarray(h, dtype=np.float16).view(np.uint16).astype(np.uint32)
+    mag = bits & 0x7fff
+    r = (mag + 7 + ((mag >> 4) & 1)) & ~np.uint32(0xf)
+    r = np.where(r >= 0x7c00, 0x7bf0, r)
+    r = np.where(mag >= 0x7c00, mag, r)
+    return ((bits & 0x8000) | r).astype(np.uint16).view(np.float16)
+
+
 def kv_v4nl_roundtrip(x):
     """V of the k8v4r2 cache: 32-blocks coded into the IQ4_NL levels with the
-    scale search of cpu_quant_v4nl (kernels/cpu/kv.c), decoded again.  Every
+    scale search of cpu_quant_v4nl (kernels/cpu/kv.c), its fp16 scale kept to
+    7 significant bits, decoded again.  Every
     step in float32 in the C's order, so the codes match strata's."""
     x = np.asarray(x, dtype=np.float32)
     shape = x.shape
@@ -224,7 +237,7 @@ def kv_v4nl_roundtrip(x):
             better = ok & (score > best)
             best = np.where(better, score, best)
             db = np.where(better, dt, db)
-    dh = db.astype(np.float16).astype(np.float32)
+    dh = fp16_keep7(db.astype(np.float16)).astype(np.float32)
     with np.errstate(divide="ignore"):
         idv = np.where(dh != 0, np.float32(1) / np.where(dh != 0, dh, 1), 0).astype(np.float32)
     code = _nl_code((b * idv[:, None]).astype(np.float32))
