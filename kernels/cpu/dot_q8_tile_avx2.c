@@ -531,18 +531,14 @@ DEFINE_Q16_PRE_ALL(avx512)
 Q8_FN_avx2 void q16rowsd_q5_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
                                    const act_q16 *x, int64_t n, float *y, int64_t ystride)
 {
-    if (n == 1)
-        q16dec_q5_0_avx2(w, rb, nrows, cols, x, y);
-    else
+    if (n != 1 || !q16dec_q5_0_avx2(w, rb, nrows, cols, x, y))
         q16rowsp_q5_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
 }
 
 Q8_FN_avx2 void q16rowsd_q8_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
                                    const act_q16 *x, int64_t n, float *y, int64_t ystride)
 {
-    if (n == 1)
-        q16dec_q8_0_avx2(w, rb, nrows, cols, x, y);
-    else
+    if (n != 1 || !q16dec_q8_0_avx2(w, rb, nrows, cols, x, y))
         q16rows_q8_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
 }
 
