@@ -104,6 +104,11 @@ int q16dec_q5_0_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t 
                      const act_q16 *x, float *y);
 int q16dec_q8_0_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
                      const act_q16 *x, float *y);
+/* The same for Q4_K and Q6_K (dot_q16k_dec_avx2.c; cols a multiple of 256). */
+int q16dec_q4_k_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
+int q16dec_q6_k_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
 /* The Q8_K-style kernels: Q4_K and Q6_K only (NULL for other types);
  * cols a multiple of 256.  Scalar and AVX2 twins give the same bits. */
 typedef void (*q8k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
