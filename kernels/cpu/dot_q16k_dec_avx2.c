@@ -31,6 +31,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/dot_avx2.h"
+#include "kernels/cpu/dot_q8_avx2.h"
 
 /* Prefetch distance (bytes), as in dot_q16_dec_avx2.c. */
 #define Q16DK_PF 2048
@@ -62,31 +63,13 @@ AVX2_INLINE __m256i q16dk_zx(const uint8_t *p)
     return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Q4_K's eight 6-bit scales and minima (q4_k_scale_min) as int32 lanes,
- * unpacked four at a time from the 12 bytes' three 32-bit words A, B, C:
- * scales 0..3 are A's bytes' low 6 bits, minima 0..3 B's; scales 4..7
- * are C's low nibbles with A's top two bits above them, minima 4..7 C's
- * high nibbles with B's top two bits. */
-AVX2_INLINE void q16dk_q4_k_scales(const uint8_t *q, __m256i *sc, __m256i *mn)
-{
-    uint32_t a, b, c;
-    memcpy(&a, q, 4);
-    memcpy(&b, q + 4, 4);
-    memcpy(&c, q + 8, 4);
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    const uint64_t s = (a & m6) | (uint64_t)((c & m4) | ((a >> 6) & m2) << 4) << 32;
-    const uint64_t m = (b & m6) | (uint64_t)(((c >> 4) & m4) | ((b >> 6) & m2) << 4) << 32;
-    *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s));
-    *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
-}
-
 /* One Q4_K super-block (sub-blocks s0 .. s0 + 7 of the row). */
 AVX2_INLINE void q16dk_q4_k_sb(const block_q4_k *b, const act_q16 *x, const float *xd,
                                const float *xs, int64_t s0, __m256 *a0, __m256 *a1, float *c0,
                                float *c1)
 {
     __m256i sc, mn;
-    q16dk_q4_k_scales(b->scales, &sc, &mn);
+    q4_k_scales_avx2(b->scales, &sc, &mn); /* dot_q8_avx2.h */
     const float d = ld_fp16_avx2((const uint8_t *)&b->d);
     const float dmin = ld_fp16_avx2((const uint8_t *)&b->dmin);
     const __m256 dw = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sc));
