@@ -94,6 +94,23 @@ typedef void (*q16_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, i
 q16_rows_fn q16_rows_scalar(int type); /* dot_q8_scalar.c */
 q16_rows_fn q16_rows_avx2(int type);   /* dot_q8_tile_avx2.c; NULL off x86-64 */
 q16_rows_fn q16_rows_avx512(int type); /* dot_q8_tile_avx2.c; NULL off x86-64 */
+/* One activation row (a decode step) of Q5_0, Q8_0 and Q4_1 on the 16-bit codes,
+ * AVX2: fewer instructions per sub-block than the tiles, the same bits
+ * (dot_q16_dec_avx2.c); q16_rows_avx2 hands n = 1 to them.  They return 0
+ * (nothing written) for rows they do not take (over 32768 columns, or
+ * activation sums too large to scale exactly): the tiles do those.
+ * x86-64 only. */
+int q16dec_q5_0_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
+int q16dec_q8_0_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
+int q16dec_q4_1_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
+/* The same for Q4_K and Q6_K (dot_q16k_dec_avx2.c; cols a multiple of 256). */
+int q16dec_q4_k_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
+int q16dec_q6_k_avx2(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                     const act_q16 *x, float *y);
 /* The Q8_K-style kernels: Q4_K and Q6_K only (NULL for other types);
  * cols a multiple of 256.  Scalar and AVX2 twins give the same bits. */
 typedef void (*q8k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,

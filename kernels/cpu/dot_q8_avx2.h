@@ -85,18 +85,39 @@ typedef struct q8_prep {
     __m256i mul[8];
 } q8_prep;
 
+/* Q4_K's eight 6-bit scales and minima (q4_k_scale_min) as int32 lanes,
+ * unpacked four at a time from the 12 bytes' three 32-bit words A, B, C:
+ * scales 0..3 are A's bytes' low 6 bits, minima 0..3 B's; scales 4..7
+ * are C's low nibbles with A's top two bits above them, minima 4..7 C's
+ * high nibbles with B's top two bits.  (Eight calls of q4_k_scale_min
+ * made a one-row product's super-block cost about 1.6x its sub-blocks'
+ * dots.) */
+AVX2_INLINE void q4_k_scales_avx2(const uint8_t *q, __m256i *sc, __m256i *mn)
+{
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint64_t s = (a & m6) | (uint64_t)((c & m4) | ((a >> 6) & m2) << 4) << 32;
+    const uint64_t m = (b & m6) | (uint64_t)(((c >> 4) & m4) | ((b >> 6) & m2) << 4) << 32;
+    *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s));
+    *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
+}
+
+/* dw = d * sc and cw = -dmin * mn, one vector multiply each: the roundings
+ * of the scalar products. */
 AVX2_INLINE void prep_q4_k_avx2(const uint8_t *blk, q8_prep *p)
 {
     const block_q4_k *b = (const block_q4_k *)blk;
     const float d = ld_fp16_avx2((const uint8_t *)&b->d);
     const float dmin = ld_fp16_avx2((const uint8_t *)&b->dmin);
-    for (int ib = 0; ib < 8; ib++) {
-        int sc, mn;
-        q4_k_scale_min(ib, b->scales, &sc, &mn);
-        p->dw[ib] = d * (float)sc;
-        p->cw[ib] = -dmin * (float)mn;
+    __m256i sc, mn;
+    q4_k_scales_avx2(b->scales, &sc, &mn);
+    _mm256_storeu_ps(p->dw, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sc)));
+    _mm256_storeu_ps(p->cw, _mm256_mul_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(mn)));
+    for (int ib = 0; ib < 8; ib++)
         p->mul[ib] = ONES16;
-    }
 }
 
 AVX2_INLINE __m256i sub_q4_k_avx2(const uint8_t *blk, int ib)

@@ -524,6 +524,46 @@ DEFINE_Q8_ALL(q16, avx512)
 DEFINE_Q16_PRE_ALL(avx2)
 DEFINE_Q16_PRE_ALL(avx512)
 
+/* One activation row of Q5_0, Q8_0, Q4_1, Q4_K or Q6_K on AVX2: the decode
+ * kernels of dot_q16_dec_avx2.c and dot_q16k_dec_avx2.c (the same bits,
+ * fewer instructions per sub-block:
+ * Q5_0 4864 x 896 9.8 -> 13.0 GMAC/s of thread time, doc/cpu.md); more rows:
+ * the tiles. */
+Q8_FN_avx2 void q16rowsd_q5_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+{
+    if (n != 1 || !q16dec_q5_0_avx2(w, rb, nrows, cols, x, y))
+        q16rowsp_q5_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
+}
+
+Q8_FN_avx2 void q16rowsd_q8_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+{
+    if (n != 1 || !q16dec_q8_0_avx2(w, rb, nrows, cols, x, y))
+        q16rows_q8_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
+}
+
+Q8_FN_avx2 void q16rowsd_q4_1_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+{
+    if (n != 1 || !q16dec_q4_1_avx2(w, rb, nrows, cols, x, y))
+        q16rows_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
+}
+
+Q8_FN_avx2 void q16rowsd_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+{
+    if (n != 1 || !q16dec_q4_k_avx2(w, rb, nrows, cols, x, y))
+        q16rows_q4_k_avx2(w, rb, nrows, cols, x, n, y, ystride);
+}
+
+Q8_FN_avx2 void q16rowsd_q6_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+{
+    if (n != 1 || !q16dec_q6_k_avx2(w, rb, nrows, cols, x, y))
+        q16rows_q6_k_avx2(w, rb, nrows, cols, x, n, y, ystride);
+}
+
 int fast_cpu_vnni_ok(void)
 {
     __builtin_cpu_init();
@@ -574,11 +614,11 @@ q16_rows_fn q16_rows_avx2(int type)
 {
     switch (type) {
     case GGML_TYPE_Q4_0: return q16rows_q4_0_avx2;
-    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx2;
-    case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx2;
-    case GGML_TYPE_Q8_0: return q16rows_q8_0_avx2;
-    case GGML_TYPE_Q4_K: return q16rows_q4_k_avx2;
-    case GGML_TYPE_Q6_K: return q16rows_q6_k_avx2;
+    case GGML_TYPE_Q4_1: return q16rowsd_q4_1_avx2;
+    case GGML_TYPE_Q5_0: return q16rowsd_q5_0_avx2;
+    case GGML_TYPE_Q8_0: return q16rowsd_q8_0_avx2;
+    case GGML_TYPE_Q4_K: return q16rowsd_q4_k_avx2;
+    case GGML_TYPE_Q6_K: return q16rowsd_q6_k_avx2;
     default: return NULL;
     }
 }
