@@ -127,6 +127,21 @@ void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d);
 void cpu_dequant_v4nl(const uint8_t *q, const uint16_t *d, int n, float *x);
 int kv_nl_code(float r); /* nearest IQ4_NL level index of r (NaN -> 8) */
 uint16_t fp16_keep7(uint16_t h); /* fp16 bits rounded to 7 significant bits */
+/* The largest k8v4nl V scale magnitude (fp16 bits of 56.5): with |d| at most
+ * this and 7 significant bits, -1152 d is an fp16 value, so the card's
+ * attention decodes every stored V element with one exact FMA and keeps no
+ * other path.  A V element beyond 127 x 56.5 = 7175.5 in magnitude is
+ * stored as that bound (doc/engine.md, "V in IQ4_NL levels"). */
+#define KV_NL_DMAX 0x5310u
+/* fp16_keep7(h) with its magnitude clamped to KV_NL_DMAX: the scale the
+ * k8v4nl store writes. */
+uint16_t kv_nl_scale(uint16_t h);
+/* Whether fp16 bits h could have been written by the k8v4nl store (7
+ * significant bits, |d| <= 56.5): images read from disk are checked. */
+static inline int kv_nl_scale_ok(uint16_t h)
+{
+    return (h & 0xfu) == 0 && (h & 0x7fffu) <= KV_NL_DMAX;
+}
 
 
 /* ---- KV rotation (kernels/cpu/rotate.c) ---------------------------------

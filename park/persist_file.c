@@ -404,6 +404,31 @@ static int check_sum(const char *path, FILE *f, uint64_t h, strata_error *err)
     return 0;
 }
 
+/* k8v4r2 files: every V scale of a layer just read (buffer 3 of its
+ * one-span layout) must be one the store writes (kv_nl_scale_ok: 7
+ * significant bits, |d| <= 56.5), because the card's attention decodes V
+ * only the way such scales allow.  Files saved before the store rounded
+ * and clamped the scale fail here, and are skipped like any other bad
+ * file: the conversation is read again from its text. */
+static int check_v_scales(const persist_id *id, const char *path, const uint8_t *layer, int n,
+                          int l, strata_error *err)
+{
+    if (id->kv_type != STRATA_KV_K8V4R2)
+        return 0;
+    size_t H = id->n_kv_head;
+    const uint8_t *vd = layer + (size_t)n * H * (id->row_bytes[0] + id->row_bytes[1] +
+                                                id->row_bytes[2]);
+    size_t count = (size_t)n * H * id->row_bytes[3] / 2;
+    for (size_t i = 0; i < count; i++) {
+        uint16_t h = (uint16_t)(vd[2 * i] | vd[2 * i + 1] << 8);
+        if (!kv_nl_scale_ok(h))
+            return strata_err(err, STRATA_E_FORMAT, "%s: layer %d: V scale %zu is 0x%04x, not "
+                              "one this build stores (7 significant bits, at most 56.5: "
+                              "saved by an older strata?)", path, l, i, h);
+    }
+    return 0;
+}
+
 int persist_load_file(const persist_id *id, convcache *c, const char *path,
                       convcache_image **img, strata_error *err)
 {
@@ -458,6 +483,10 @@ int persist_load_file(const persist_id *id, convcache *c, const char *path,
     }
     if (!rc)
         rc = check_sum(path, f, h, err);
+    for (int s = 0, l0 = 0; s < id->n_stages && !rc; l0 += id->stage_layers[s++])
+        for (int l = 0; l < id->stage_layers[s] && !rc; l++)
+            rc = check_v_scales(id, path, convcache_capture_part(cap, s) + (size_t)l * lb, fh.n,
+                                l0 + l, err);
     fclose(f);
     free(tokens);   /* begin copied them */
     if (rc) {
@@ -486,6 +515,8 @@ int persist_verify_file(const persist_id *id, const char *path, strata_error *er
             rc = strata_err(err, STRATA_E_IO, "%s: short read in layer %u", path, l);
         else
             h = xxh64(buf, lb, h);
+        if (!rc)
+            rc = check_v_scales(id, path, buf, fh.n, (int)l, err);
     }
     if (!rc)
         rc = check_sum(path, f, h, err);

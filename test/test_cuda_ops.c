@@ -463,6 +463,10 @@ START_TEST(kv_store_bit_exact)
                 v[j] = 0.0f;
                 v[32 + j] = (j % 2 ? -1.5f : 1.5f) * (j < 8 ? 1.0f : 0.5f);
             }
+            /* a block of V elements up to ~20000: k8v4nl clamps its scale
+             * to 56.5 (KV_NL_DMAX) and saturates the codes, on both sides */
+            for (int j = 0; j < 32; j++)
+                v[2 * vstride + 32 + j] *= 9000.0f;
             /* non-finite blocks (k8v4; f16 would compare NaN payloads): in
              * row 1, a NaN among finite values, an Inf, a block of NaN only;
              * both sides give the same defined block (kernels/cpu/kv.c) */

@@ -114,7 +114,9 @@ END_TEST
  * mantissa bits, keeps the sign, moves the value by at most 2^-7 of itself
  * (normal h) or 8 of the smallest steps (subnormal h), and for |d| < 57
  * 1152 d is an fp16 value (so (1152 + l) d - 1152 d = l d before the FMA's
- * one rounding).  Every scale cpu_quant_v4nl writes is such a value. */
+ * one rounding).  kv_nl_scale also clamps |d| to 56.5, so every scale
+ * cpu_quant_v4nl writes is such a value, however large the elements (they
+ * saturate at 127 x 56.5). */
 START_TEST(nl_scale_keeps_7_bits)
 {
     int exact = 0;
@@ -134,18 +136,42 @@ START_TEST(nl_scale_keeps_7_bits)
             ck_assert_msg(fp16_to_f32(f32_to_fp16(p)) == p, "1152 x %g not fp16", w);
             exact++;
         }
+        /* the stored scale: fp16_keep7's, clamped to 56.5, and every one
+         * the attention's one-FMA decode takes exactly */
+        uint16_t c = kv_nl_scale((uint16_t)h);
+        ck_assert_msg(kv_nl_scale_ok(c), "h %04x -> scale %04x", h, c);
+        ck_assert_msg(c == ((r & 0x7fffu) <= KV_NL_DMAX ? r : (uint16_t)((h & 0x8000u) | KV_NL_DMAX)),
+                      "h %04x: scale %04x, keep7 %04x", h, c, r);
+        float pc = 1152.0f * fp16_to_f32(c);
+        ck_assert_msg(fp16_to_f32(f32_to_fp16(pc)) == pc, "1152 x scale %04x not fp16", c);
     }
     ck_assert_int_gt(exact, 20000);
+    ck_assert_msg(fp16_to_f32(KV_NL_DMAX) == 56.5f, "KV_NL_DMAX is %g", fp16_to_f32(KV_NL_DMAX));
     const int n = 32 * 512;
     float *x = malloc(sizeof *x * n);
     uint8_t *q = malloc((size_t)n / 2);
     uint16_t d[512];
-    for (int scale = 0; scale < 3; scale++) {
-        test_fill_normal(x, n, scale == 0 ? 1e-6f : scale == 1 ? 0.3f : 900.0f, 77 + scale);
+    float *y = malloc(sizeof *y * n);
+    const float sds[4] = {1e-6f, 0.3f, 900.0f, 9000.0f};
+    for (int scale = 0; scale < 4; scale++) {
+        test_fill_normal(x, n, sds[scale], 77 + scale);
         cpu_quant_v4nl(x, n, q, d);
-        for (int b = 0; b < 512; b++)
-            ck_assert_msg((d[b] & 0xfu) == 0, "block %d: scale %04x", b, d[b]);
+        cpu_dequant_v4nl(q, d, n, y);
+        int clamped = 0;
+        for (int b = 0; b < 512; b++) {
+            ck_assert_msg(kv_nl_scale_ok(d[b]), "block %d: scale %04x", b, d[b]);
+            clamped += (d[b] & 0x7fffu) == KV_NL_DMAX;
+        }
+        /* elements past 127 x 56.5 saturate: the decoded block stays within
+         * it, and a clamped block's largest element decodes to its end */
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(fabsf(y[i]) <= 127.0f * 56.5f, "element %d: %g", i, y[i]);
+        if (scale == 3)
+            ck_assert_msg(clamped > 400, "sd 9000: %d of 512 scales clamped", clamped);
+        else if (scale < 2)
+            ck_assert_int_eq(clamped, 0);
     }
+    free(y);
     free(x);
     free(q);
 }

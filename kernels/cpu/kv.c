@@ -80,8 +80,9 @@ void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
  * take the table's wider end), each candidate's codes give the
  * least-squares scale d = sum(l x) / sum(l^2), and the candidate with the
  * largest d * sum(l x) (the least squared error) wins.  The fp16 d keeps
- * 7 significant bits (fp16_keep7), and the codes are then re-chosen for
- * that stored d (a NaN element counts as 0 in the sums and gets code 8; an
+ * 7 significant bits (fp16_keep7) and at most 56.5 in magnitude
+ * (kv_nl_scale: elements past 127 x 56.5 saturate), and the codes are then
+ * re-chosen for that stored d (a NaN element counts as 0 in the sums and gets code 8; an
  * Inf makes d = 0).  Every step is a plain IEEE operation
  * and the sums run in the order of a 32-lane butterfly (kv_sum32), so
  * kernels/cuda/kv.cu reproduces the block bit for bit.  Layout as Q4_0. */
@@ -131,6 +132,12 @@ uint16_t fp16_keep7(uint16_t h)
     return (uint16_t)((h & 0x8000u) | mag);
 }
 
+uint16_t kv_nl_scale(uint16_t h)
+{
+    h = fp16_keep7(h);
+    return (h & 0x7fffu) > KV_NL_DMAX ? (uint16_t)((h & 0x8000u) | KV_NL_DMAX) : h;
+}
+
 void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
 {
     for (int b = 0; b < n / 32; b++) {
@@ -160,7 +167,7 @@ void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
                 }
             }
         }
-        d[b] = fp16_keep7(f32_to_fp16(db));
+        d[b] = kv_nl_scale(f32_to_fp16(db));
         float ds = fp16_to_f32(d[b]);
         float id = ds != 0.0f ? 1.0f / ds : 0.0f;
         for (int j = 0; j < 16; j++) {

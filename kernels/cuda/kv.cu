@@ -20,7 +20,7 @@
  * in the xor butterfly's order, which kv_sum32 copies on the CPU, sum(l^2)
  * in integers (exact in any order); the same IEEE divisions and products,
  * so the codes and the scale match the CPU's bit for bit; the scale keeps
- * 7 significant bits (h_keep7), as there.
+ * 7 significant bits and at most 56.5 in magnitude (h_nl_scale), as there.
  *
  * Layout and speed: one warp per 32-element block (one lane per element),
  * shuffles for the block maximum, lanes 0..15 pack the nibble pairs.  A
@@ -55,6 +55,13 @@ __device__ __forceinline__ uint16_t h_keep7(uint16_t h)
     if (mag >= 0x7c00u)
         mag = 0x7bf0u;
     return (uint16_t)((h & 0x8000u) | mag);
+}
+
+/* h_keep7 with the magnitude clamped to KV_NL_DMAX: kv_nl_scale. */
+__device__ __forceinline__ uint16_t h_nl_scale(uint16_t h)
+{
+    h = h_keep7(h);
+    return (h & 0x7fffu) > KV_NL_DMAX ? (uint16_t)((h & 0x8000u) | KV_NL_DMAX) : h;
 }
 
 /* Codes for every float input, as kernels/cpu/kv.c: clamped in float
@@ -296,7 +303,7 @@ __device__ __forceinline__ void kv_put_v(const kv_view &kv, int64_t slot, int b,
         float db = nl_search(xv, vmax, lane, *tb);
         if (!(best > 0.0f && best <= 3.0e38f))
             db = 0.0f;
-        dbits = h_keep7(f2h_bits(db));
+        dbits = h_nl_scale(f2h_bits(db));
         dv = __half2float(__ushort_as_half(dbits));
         float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
         code = tb->code[nl_index(__fmul_rn(xv, id))];

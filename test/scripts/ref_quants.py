@@ -212,7 +212,7 @@ def fp16_keep7(h):
 def kv_v4nl_roundtrip(x):
     """V of the k8v4r2 cache: 32-blocks coded into the IQ4_NL levels with the
     scale search of cpu_quant_v4nl (kernels/cpu/kv.c), its fp16 scale kept to
-    7 significant bits, decoded again.  Every
+    7 significant bits and at most 56.5 in magnitude, decoded again.  Every
     step in float32 in the C's order, so the codes match strata's."""
     x = np.asarray(x, dtype=np.float32)
     shape = x.shape
@@ -237,7 +237,9 @@ def kv_v4nl_roundtrip(x):
             better = ok & (score > best)
             best = np.where(better, score, best)
             db = np.where(better, dt, db)
-    dh = fp16_keep7(db.astype(np.float16)).astype(np.float32)
+    dh = fp16_keep7(db.astype(np.float16))
+    # at most 56.5 in magnitude (KV_NL_DMAX, 0x5310), as kv_nl_scale
+    dh = np.clip(dh.astype(np.float32), np.float32(-56.5), np.float32(56.5))
     with np.errstate(divide="ignore"):
         idv = np.where(dh != 0, np.float32(1) / np.where(dh != 0, dh, 1), 0).astype(np.float32)
     code = _nl_code((b * idv[:, None]).astype(np.float32))
