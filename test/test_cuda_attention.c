@@ -21,12 +21,11 @@
  * (the split tickets reset themselves).
  *
  * Case type 3 (TYPE_NL_BIG) is k8v4nl again with every 53rd token's V 4000
- * times larger: V scales of |d| >= 64, which the fast kernel's k8v4nl V
- * decode takes on a path of its own (att_pv_nl), beside steps without
- * them, on the first shapes (hd 128 and 64).  Case type 4 (TYPE_NL_OLD)
- * is k8v4nl with every 7th V scale given low mantissa bits, as images
- * written before the store kept 7 significant bits have them: those steps
- * take that path too. */
+ * times larger (elements of up to ~16000): the store clamps those blocks'
+ * scales to 56.5 (KV_NL_DMAX) and saturates their codes, so the one-FMA V
+ * decode (the prefill kernels' only one; decode votes between it and an
+ * exact two-operation one, which these scales never need) stays exact
+ * there too; on the first shapes (hd 128 and 64). */
 #include "testutil.h"
 
 #ifdef STRATA_CUDA
@@ -44,16 +43,12 @@
 
 
 #define TYPE_NL_BIG (KV_K8V4NL + 1)
-#define TYPE_NL_OLD (KV_K8V4NL + 2)
 static float big_v = 0.0f; /* > 0: cache_make scales every 53rd token's V so */
-static int old_scales = 0; /* cache_make sets low bits in every 7th V scale */
 
-/* The cache type of a case type, and whether its V has the large tokens
- * or the unrounded scales. */
+/* The cache type of a case type, and whether its V has the large tokens. */
 static int case_kv(int type)
 {
     big_v = type == TYPE_NL_BIG ? 4000.0f : 0.0f;
-    old_scales = type == TYPE_NL_OLD;
     return type >= TYPE_NL_BIG ? KV_K8V4NL : type;
 }
 
@@ -134,11 +129,6 @@ static void cache_make(att_cache *c, int type, int n_kv, int hd, int n_seq, cons
     }
     free(k);
     free(v);
-    if (old_scales) { /* the scale moves by a few 2^-10: still a valid block */
-        uint16_t *vd = c->hbuf[3];
-        for (size_t i = 0; i < c->bytes[3] / 2; i += 7)
-            vd[i] |= 0x5u;
-    }
     c->host = h;
     c->dpages = dup_to_dev(c->pages, (size_t)n_pages * 4);
     for (int b = 0; b < 4; b++)
@@ -209,7 +199,7 @@ START_TEST(decode_matches_cpu)
     /* chunk 0: the engine's; 64: many chunks and super-chunks (the two-level
      * fold) on contexts the CPU reference can afford */
     for (int chunk = 0; chunk <= 64; chunk += 64)
-    for (int type = 0; type <= TYPE_NL_OLD; type++) {
+    for (int type = 0; type <= TYPE_NL_BIG; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
             if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */
@@ -305,7 +295,7 @@ START_TEST(prefill_matches_cpu_and_decode)
     } runs[] = {{0, 37}, {250, 20}, {1000, 70}, {2040, 9}};
     double worst = 0.0;
     for (int chunk = 0; chunk <= 64; chunk += 64)
-    for (int type = 0; type <= TYPE_NL_OLD; type++) {
+    for (int type = 0; type <= TYPE_NL_BIG; type++) {
         cuda_attention_set_chunk(chunk);
         for (size_t si = 0; si < sizeof fast_shapes / sizeof fast_shapes[0]; si++) {
             if (test_small() && si != 0 && si != 2) /* group 4 and 3, hd 128 and 64 */

@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, (att_min_blocks<KT, HD, NT, SP
             return;
         }
         const int k = blockIdx.x, s = k / ATT_SUPER;
-        att_run_chunk<KT, HD, NT>(a, sm, ring, co, seq, kvh, k, ctx, qf, cpos);
+        att_run_chunk<KT, HD, NT, SPLIT>(a, sm, ring, co, seq, kvh, k, ctx, qf, cpos);
         const int64_t tix = (int64_t)seq * a.kv.n_kv_head + kvh; /* n_tiles is 1 */
         float *parts = a.part + tix * a.max_chunks * L::per;
         float *mine = parts + (int64_t)k * L::per;
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, (att_min_blocks<KT, HD, NT, SP
     } else if (SPLIT) {
         /* Decode of a single chunk: the same folds; the states live in the
          * ring, so they start once the chunk is done with it. */
-        att_run_chunk<KT, HD, NT>(a, sm, ring, co, seq, kvh, 0, ctx, qf, cpos);
+        att_run_chunk<KT, HD, NT, SPLIT>(a, sm, ring, co, seq, kvh, 0, ctx, qf, cpos);
         att_state_init<HD, NT>(sm, sm.sup_m, sm.sup_l, so);
         att_fold<HD, NT>(sm, sm.sup_m, sm.sup_l, so, sm.cm, sm.cl, co);
         att_state_init<HD, NT>(sm, sm.tot_m, sm.tot_l, to);
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, (att_min_blocks<KT, HD, NT, SP
         for (int s = 0; s < n_supers; s++) {
             att_state_init<HD, NT>(sm, sm.sup_m, sm.sup_l, so);
             for (int k = s * ATT_SUPER; k < min(n_chunks, (s + 1) * ATT_SUPER); k++) {
-                att_run_chunk<KT, HD, NT>(a, sm, ring, co, seq, kvh, k, ctx, qf, cpos);
+                att_run_chunk<KT, HD, NT, SPLIT>(a, sm, ring, co, seq, kvh, k, ctx, qf, cpos);
                 att_fold<HD, NT>(sm, sm.sup_m, sm.sup_l, so, sm.cm, sm.cl, co);
             }
             att_fold<HD, NT>(sm, sm.tot_m, sm.tot_l, to, sm.sup_m, sm.sup_l, so);

@@ -417,7 +417,7 @@ __device__ __forceinline__ void att_pv(att_warp_state<HD, NT> &ws, const att_ste
  * the two tiles' MMA chains interleave), then both O^T updates.  A token t
  * counts for column col iff t <= its position and t < t_end (the chunk's
  * end). */
-template <int KT, int HD, int NT>
+template <int KT, int HD, int NT, bool VOTE>
 __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                                                  const att_step<KT, HD> &s0,
                                                  const att_step<KT, HD> &s1,
@@ -491,9 +491,10 @@ __device__ __forceinline__ void att_pair_compute(att_warp_state<HD, NT> &ws,
                 ws.o[i][nt][3] = __fmul_rn(ws.o[i][nt][3], al[nt][1]);
             }
     }
-    /* k8v4nl: one vote for both steps on which V decode they take */
+    /* k8v4nl, decode (VOTE): one vote for both steps on which V decode
+     * they take (att_pv_nl says why only there) */
     bool nl_fast = true;
-    if constexpr (KT == KV_K8V4NL)
+    if constexpr (KT == KV_K8V4NL && VOTE)
         nl_fast = att_nl_fast<KT, HD>(s0, s1);
     att_pv<KT, HD, NT>(ws, s0, pb0, T, t_end, c, nl_fast);
     att_pv<KT, HD, NT>(ws, s1, pb1, T + 16, t_end, c, nl_fast);
@@ -625,8 +626,9 @@ __device__ void att_fold_global(att_smem<HD, NT> &sm, float *stage, int batch, f
 /* Run chunk `k` of the tile with all warps and leave its partial in
  * sm.cm / sm.cl / co.  Warp w takes the 32-token pairs of steps w, w + 4,
  * ... of the chunk; each warp keeps PAIR_STAGES - 1 pairs in flight through
- * its slots of the ring. */
-template <int KT, int HD, int NT>
+ * its slots of the ring.  VOTE: k8v4nl's per-pair choice of V decode (the
+ * decode instances; att_pv_nl). */
+template <int KT, int HD, int NT, bool VOTE>
 __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
                               typename att_step<KT, HD>::slot *ring, float *co, int seq, int kvh,
                               int k, int32_t ctx, const uint32_t (&qf)[NT][HD / 32][2][2],
@@ -680,8 +682,8 @@ __device__ void att_run_chunk(const att_args &a, att_smem<HD, NT> &sm,
         step s0, s1;
         s0.fetch(ring[2 * (j % S)], lane);
         s1.fetch(ring[2 * (j % S) + 1], lane);
-        att_pair_compute<KT, HD, NT>(ws, s0, s1, qf, cpos, T0 + j * stride, t_end, a.scale_log2,
-                                     a.window, g, c);
+        att_pair_compute<KT, HD, NT, VOTE>(ws, s0, s1, qf, cpos, T0 + j * stride, t_end,
+                                           a.scale_log2, a.window, g, c);
     }
     cp_async_wait<0>();
 

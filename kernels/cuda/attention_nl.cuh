@@ -35,14 +35,15 @@ __device__ __forceinline__ void att_nl_word(uint32_t x, uint32_t (&lv)[2])
  * mantissas as K's do, y = 1152 + level, and one HFMA2 applies the token's
  * scale d and takes 1152 d off: y d - 1152 d = level d, exact before its
  * one rounding.  That needs -1152 d exact in fp16, which the store
- * guarantees by keeping 7 significant bits in d (fp16_keep7 in
- * kernels/cpu/kv.c: 9 times a 7-bit mantissa fits in 11 bits) for |d| <
- * 56.9.  A step with any other scale in the warp (|d| >= 56.5, V elements
- * of ~7000; or a scale with more bits, from an image written before the
- * store rounded them) takes HSUB2 (y - 1152 = level, exact) then HMUL2:
- * the same value under the same one rounding, so which tokens share a step
- * changes no bit (they differ with the chunking, and a column's result
- * must not depend on tokens it does not see).
+ * guarantees for every scale it writes (kv_nl_scale in kernels/cpu/kv.c:
+ * 7 significant bits, 9 times which fits fp16's 11, and |d| <= 56.5, so
+ * 1152 d <= 65088), and saved files are checked for (park/persist_file.c).
+ * The prefill instances decode this way only.  The decode instances still
+ * vote per pair of steps (att_nl_fast) and take HSUB2 (y - 1152 = level,
+ * exact) then HMUL2 on a step with any other scale, the same value under
+ * the same rounding: no scale the store writes goes there, but without
+ * the vote the compiler schedules the decode loop worse (at 32K +4.0 %
+ * against k8v4 where it is +2.1..2.5 % with it; doc/cuda-attention.md).
  *
  * The lookup (att_nl_word) runs on the two tokens' bytes already paired
  * (a0 b0 a1 b1 | a2 b2 a3 b3): the level bytes of a pair come out in the
