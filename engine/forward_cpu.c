@@ -33,7 +33,10 @@ int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err
     s->hb = malloc(r * ff * sizeof(float));
     s->hb2 = malloc(r * ff * sizeof(float));
     s->router = malloc(((size_t)hp->n_expert + 1) * sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->router) {
+    s->rope_cs = malloc(r * hp->n_rot * sizeof(float));
+    s->rope_pos = malloc(r * sizeof(int32_t));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->router ||
+        !s->rope_cs || !s->rope_pos) {
         cpu_scratch_free(s);
         return strata_err(err, STRATA_E_NOMEM, "out of memory for %d rows of activations", rows);
     }
@@ -51,6 +54,8 @@ void cpu_scratch_free(cpu_scratch *s)
     free(s->hb);
     free(s->hb2);
     free(s->router);
+    free(s->rope_cs);
+    free(s->rope_pos);
     memset(s, 0, sizeof *s);
 }
 
@@ -77,6 +82,26 @@ static void add_bias(float *y, const float *b, int n_rows, int64_t dim)
         return;
     for (int r = 0; r < n_rows; r++)
         cpu_add(y + (size_t)r * dim, b, dim);
+}
+
+/* Row r's RoPE table at pos for rp: made on the first layer that asks and
+ * reused by the others while the position and rp stay the same (gemma3's
+ * local layers have their own base and remake it). */
+static const float *rope_table(cpu_scratch *s, const rope_params *rp, int r, int32_t pos)
+{
+    const rope_params *k = &s->rope_key;
+    if (k->n_rot != rp->n_rot || k->freq_base != rp->freq_base ||
+        k->freq_scale != rp->freq_scale || k->freq_factors != rp->freq_factors) {
+        s->rope_key = *rp;
+        for (int i = 0; i < s->rows; i++)
+            s->rope_pos[i] = -1;
+    }
+    float *cs = s->rope_cs + (size_t)r * rp->n_rot;
+    if (s->rope_pos[r] != pos) {
+        cpu_rope_table(pos, rp, cs);
+        s->rope_pos[r] = pos;
+    }
+    return cs;
 }
 
 /* Attention block of one layer for n rows (x updated in place). */
@@ -125,8 +150,9 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_rmsnorm_heads(k, L->k_norm, hp->n_head_kv, hp->head_dim, hp->eps);
         PROF_ADD(op_ns[PROF_NORM], t);
         t = PROF_T0();
-        cpu_rope(q, hp->n_head, hp->head_dim, rows[r].pos, &rp);
-        cpu_rope(k, hp->n_head_kv, hp->head_dim, rows[r].pos, &rp);
+        const float *cs = rope_table(s, &rp, r, rows[r].pos);
+        cpu_rope_apply(q, hp->n_head, hp->head_dim, &rp, cs);
+        cpu_rope_apply(k, hp->n_head_kv, hp->head_dim, &rp, cs);
         if (rot) { /* k8v4r: q, k, v into the rotated basis (kernels/cpu/rotate.c) */
             cpu_kv_rotate(q, hp->n_head, hp->head_dim);
             cpu_kv_rotate(k, hp->n_head_kv, hp->head_dim);

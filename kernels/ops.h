@@ -74,6 +74,13 @@ typedef struct rope_params {
 /* Rotate n_heads head vectors of head_dim at position pos, in place. */
 void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos,
               const rope_params *rp);
+/* cpu_rope in two halves, so a position's cos/sin (n_rot floats, pairs
+ * (cos, sin); n_rot <= ROPE_MAX_DIM) are made once for every layer and
+ * for q and k: cpu_rope is table then apply, the same bits. */
+#define ROPE_MAX_DIM 512
+void cpu_rope_table(int32_t pos, const rope_params *rp, float *cs);
+void cpu_rope_apply(float *x, int n_heads, int head_dim, const rope_params *rp,
+                    const float *cs);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y);
