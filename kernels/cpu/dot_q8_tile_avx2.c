@@ -430,11 +430,15 @@ DEFINE_COLS_FILL(q16)
  * (matvec_q8, tiles_match_the_c_twin_bitwise, n up to 27).  Measured
  * (one core, Q5_0 896 x 896, n = 128): 29.8 -> 32.0 GMAC/s; not more,
  * because the tile is bound by its multiplies (two madd / dpwssd and an
- * FMA per 32 products and activation row), not by the decode.  Only
- * Q5_0 (the costliest decode: its fifth bits) takes this path: Q8_0,
- * whose decode is a load, gained nothing (31.7 -> 31.5) and Q4_1 lost
- * (the demo model's prompt 191 -> 174 tok/s: 72 stored bytes per 32
- * weights read back cost more than unpacking 20). */
+ * FMA per 32 products and activation row), not by the decode.  Q5_0 (the
+ * costliest decode: its fifth bits) takes this path; Q8_0, whose decode
+ * is a load, gained nothing (31.7 -> 31.5), and Q4_1 first lost (the demo
+ * model's prompt 191 -> 174 tok/s: 72 stored bytes per 32 weights read
+ * back cost more than unpacking 20).  Since the tiles take their factors
+ * from a table (Q8T_FACTORS_AHEAD), Q4_1 rows of up to 1024 columns gain
+ * (1536 x 576, n = 128: 28.0 -> 31.5-32.1 GMAC/s) and longer ones still
+ * lose (576 x 1536: 28.2 -> 26.7-27.8), so Q4_1 takes it up to 32
+ * sub-blocks. */
 typedef struct q16_wpre {
     int16_t v[32];
     float dw, cw;
@@ -442,6 +446,7 @@ typedef struct q16_wpre {
 #define Q16_PRE_MIN_N 16    /* at least two tiles of 8 activation rows */
 #define Q16_PRE_ROWS 16     /* weight rows decoded at a time */
 #define Q16_PRE_MAX_SUB 64  /* longer rows (over 2048 columns) decode in the tiles */
+#define Q16_PRE_Q4_1_MAX_SUB 32 /* Q4_1: rows of up to 1024 columns (see above) */
 
 #define Q8T_BLOCK_PRE(ISA, R, C, S, K)                                                      \
     {                                                                                       \
@@ -479,13 +484,13 @@ typedef struct q16_wpre {
 
 /* The decode (the tiles' decoder and widening, stored) and the rows entry
  * of a 32-weight type on the 16-bit codes. */
-#define DEFINE_Q16_ROWS_PRE(NAME, SIGNED, ISA)                                              \
+#define DEFINE_Q16_ROWS_PRE(NAME, SIGNED, ISA, MAX_SUB)                                     \
     Q8_FN_##ISA void q16rowsp_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,    \
                                              int64_t cols, const act_q16 *x, int64_t n,     \
                                              float *y, int64_t ystride)                     \
     {                                                                                       \
         const int64_t nsub = cols / 32;                                                     \
-        if (n < Q16_PRE_MIN_N || nsub > Q16_PRE_MAX_SUB) {                                  \
+        if (n < Q16_PRE_MIN_N || nsub > (MAX_SUB)) {                                        \
             q16rows_##NAME##_##ISA(w, rb, nrows, cols, x, n, y, ystride);                   \
             return;                                                                         \
         }                                                                                   \
@@ -512,7 +517,8 @@ typedef struct q16_wpre {
 #define DEFINE_Q16_PRE_ALL(ISA)                                                             \
     DEFINE_Q8T_SET(DEFINE_Q8T_PRE, q16, ISA)                                                \
     DEFINE_Q8_ROWS_LOOP(pre, q16, ISA)                                                      \
-    DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA)
+    DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA, Q16_PRE_MAX_SUB)                                      \
+    DEFINE_Q16_ROWS_PRE(q4_1, 0, ISA, Q16_PRE_Q4_1_MAX_SUB)
 
 /* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
  * times the multiplier of their half of 16 when the type has one, MULQ):
@@ -586,7 +592,7 @@ Q8_FN_avx2 void q16rowsd_q4_1_avx2(const uint8_t *w, size_t rb, int64_t nrows, i
                                    const act_q16 *x, int64_t n, float *y, int64_t ystride)
 {
     if (n != 1 || !q16dec_q4_1_avx2(w, rb, nrows, cols, x, y))
-        q16rows_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
+        q16rowsp_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
 }
 
 Q8_FN_avx2 void q16rowsd_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
@@ -627,7 +633,7 @@ q16_rows_fn q16_rows_avx512(int type)
 {
     switch (type) {
     case GGML_TYPE_Q4_0: return q16rows_q4_0_avx512;
-    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx512;
+    case GGML_TYPE_Q4_1: return q16rowsp_q4_1_avx512;
     case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx512;
     case GGML_TYPE_Q8_0: return q16rows_q8_0_avx512;
     case GGML_TYPE_Q4_K: return q16rows_q4_k_avx512;
