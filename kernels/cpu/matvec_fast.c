@@ -5,7 +5,11 @@
  *  - Threads: kernels/cpu/threadpool.c, created once.  The rows are cut
  *    into tasks of whole rows handed out dynamically (a loaded machine
  *    slows threads unevenly); small products stay on the calling thread,
- *    where waking a worker would cost more than it saves.
+ *    where waking a worker would cost more than it saves.  Several
+ *    products of one X (a layer's Q, K and V: cpu_matmul_fast_multi) are
+ *    one job with the codes made once, and gate/up one job with the GLU
+ *    applied inside each task (cpu_matmul_fast_glu): fewer hand-offs, and
+ *    the GLU on every thread.
  *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
  *    quantized once per call to blocks of 32 codes, 16-bit by default or
  *    int8 with STRATA_MATMUL_ACT=8 (act_q8.h), and the weights are dotted
