@@ -31,6 +31,11 @@ typedef struct fwd_row {
 typedef struct cpu_scratch {
     int rows;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits, *router;
+    /* RoPE's cos/sin per row (n_rot floats each), made once per position
+     * for every layer with the same rope_params (rope_key) */
+    float *rope_cs;
+    int32_t *rope_pos; /* the position each row's table holds, -1: none */
+    rope_params rope_key;
 } cpu_scratch;
 
 struct strata_engine {

@@ -9,6 +9,7 @@
 
 #include "engine/engine_internal.h"
 #include "kernels/ops.h"
+#include "kernels/cpu/threadpool.h"
 #include "model/quant.h"
 #include "engine/profile_cpu.h"
 #include "engine/trace.h"
@@ -33,7 +34,10 @@ int cpu_scratch_init(cpu_scratch *s, const model *m, int rows, strata_error *err
     s->hb = malloc(r * ff * sizeof(float));
     s->hb2 = malloc(r * ff * sizeof(float));
     s->router = malloc(((size_t)hp->n_expert + 1) * sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->router) {
+    s->rope_cs = malloc(r * hp->n_rot * sizeof(float));
+    s->rope_pos = malloc(r * sizeof(int32_t));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->router ||
+        !s->rope_cs || !s->rope_pos) {
         cpu_scratch_free(s);
         return strata_err(err, STRATA_E_NOMEM, "out of memory for %d rows of activations", rows);
     }
@@ -51,6 +55,8 @@ void cpu_scratch_free(cpu_scratch *s)
     free(s->hb);
     free(s->hb2);
     free(s->router);
+    free(s->rope_cs);
+    free(s->rope_pos);
     memset(s, 0, sizeof *s);
 }
 
@@ -71,12 +77,85 @@ static void matmul(const strata_engine *e, const weight *w, int64_t mat, const f
     }
 }
 
+/* Products of one x by several weights (Q, K, V; or gate and up with the
+ * GLU applied, glu 1 SiLU, 2 GELU) in one hand-off to the thread pool.
+ * The profile books the whole call under the first weight's type (the
+ * calls under each weight's own). */
+static void matmul_group(const strata_engine *e, const weight *const *w, float *const *y,
+                         int n_w, const float *x, int n, int glu)
+{
+    cpu_mm mm[3];
+    for (int i = 0; i < n_w; i++) {
+        if (e->p.matmul_tap)
+            e->p.matmul_tap(e->p.matmul_tap_user, w[i]->name, w[i]->n_mat > 1 ? 0 : -1,
+                            (int)w[i]->n_mat, x, n, w[i]->cols);
+        mm[i] = (cpu_mm){.type = w[i]->type, .w = w[i]->data, .rows = w[i]->rows, .y = y[i]};
+    }
+    const int64_t t = PROF_T0();
+    if (glu)
+        cpu_matmul_fast_glu(&mm[0], &mm[1], w[0]->cols, x, n, glu == 2);
+    else
+        cpu_matmul_fast_multi(mm, n_w, w[0]->cols, x, n);
+    if (cpu_prof_on) {
+        cpu_prof.matmul_ns[w[0]->type] += cpu_prof_now() - t;
+        for (int i = 0; i < n_w; i++)
+            cpu_prof.matmul_calls[w[i]->type]++;
+    }
+}
+
 static void add_bias(float *y, const float *b, int n_rows, int64_t dim)
 {
     if (!b)
         return;
     for (int r = 0; r < n_rows; r++)
         cpu_add(y + (size_t)r * dim, b, dim);
+}
+
+/* Row r's RoPE table at pos for rp: made on the first layer that asks and
+ * reused by the others while the position and rp stay the same (gemma3's
+ * local layers have their own base and remake it). */
+static const float *rope_table(cpu_scratch *s, const rope_params *rp, int r, int32_t pos)
+{
+    const rope_params *k = &s->rope_key;
+    if (k->n_rot != rp->n_rot || k->freq_base != rp->freq_base ||
+        k->freq_scale != rp->freq_scale || k->freq_factors != rp->freq_factors) {
+        s->rope_key = *rp;
+        for (int i = 0; i < s->rows; i++)
+            s->rope_pos[i] = -1;
+    }
+    float *cs = s->rope_cs + (size_t)r * rp->n_rot;
+    if (s->rope_pos[r] != pos) {
+        cpu_rope_table(pos, rp, cs);
+        s->rope_pos[r] = pos;
+    }
+    return cs;
+}
+
+/* Attention of the rows of one layer, one row per task: a row's result
+ * depends on its query and the cache only, whichever thread runs it. */
+typedef struct attn_rows_job {
+    strata_engine *e;
+    const stage *st;
+    int il, lk, window, n, rot;
+    const fwd_row *rows;
+} attn_rows_job;
+
+/* Task k takes row n - 1 - k: the longest rows first, so the pool's last
+ * tasks are the shortest. */
+static void attn_rows_task(void *ctx, int64_t k)
+{
+    const attn_rows_job *j = ctx;
+    const model_hparams *hp = &j->e->m->hp;
+    cpu_scratch *s = &j->e->cpu;
+    const int r = j->n - 1 - (int)k;
+    const int64_t dq = (int64_t)hp->n_head * hp->head_dim;
+    kv_view kv = kv_pool_view(j->st->kv, j->lk, j->rows[r].seq->kv[j->st->index].pages);
+    /* A windowed layer's query at p sees keys p - window < t <= p. */
+    int32_t t0 = j->window ? j->rows[r].pos + 1 - j->window : 0;
+    cpu_attention_fast_window(s->q + r * dq, hp->n_head, &kv, t0, j->rows[r].pos + 1,
+                              hp->attn_scale, s->att + r * dq);
+    if (j->rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
+        cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
 }
 
 /* Attention block of one layer for n rows (x updated in place). */
@@ -99,9 +178,11 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     for (int r = 0; r < n; r++)
         cpu_rmsnorm(s->x + r * D, L->attn_norm, D, hp->eps, s->xb + r * D);
     PROF_ADD(op_ns[PROF_NORM], t);
-    matmul(e, &L->wq, 0, s->xb, n, s->q);
-    matmul(e, &L->wk, 0, s->xb, n, s->k);
-    matmul(e, &L->wv, 0, s->xb, n, s->v);
+    {
+        const weight *w[3] = {&L->wq, &L->wk, &L->wv};
+        float *y[3] = {s->q, s->k, s->v};
+        matmul_group(e, w, y, 3, s->xb, n, 0);
+    }
     if (trace_on()) {
         trace_vec("attn_norm", il, s->xb, D);
         trace_vec("q", il, s->q, dq);
@@ -125,8 +206,9 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
             cpu_rmsnorm_heads(k, L->k_norm, hp->n_head_kv, hp->head_dim, hp->eps);
         PROF_ADD(op_ns[PROF_NORM], t);
         t = PROF_T0();
-        cpu_rope(q, hp->n_head, hp->head_dim, rows[r].pos, &rp);
-        cpu_rope(k, hp->n_head_kv, hp->head_dim, rows[r].pos, &rp);
+        const float *cs = rope_table(s, &rp, r, rows[r].pos);
+        cpu_rope_apply(q, hp->n_head, hp->head_dim, &rp, cs);
+        cpu_rope_apply(k, hp->n_head_kv, hp->head_dim, &rp, cs);
         if (rot) { /* k8v4r: q, k, v into the rotated basis (kernels/cpu/rotate.c) */
             cpu_kv_rotate(q, hp->n_head, hp->head_dim);
             cpu_kv_rotate(k, hp->n_head_kv, hp->head_dim);
@@ -144,19 +226,17 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
     }
     /* Every row's K/V is stored first; a row at position p then reads
      * positions 0..p, which is the causal mask within a chunk. */
-    float scale = hp->attn_scale;
+    attn_rows_job aj = {.e = e, .st = st, .il = il, .lk = lk, .window = window, .rows = rows,
+                        .n = n, .rot = rot};
     t = PROF_T0();
-    for (int r = 0; r < n; r++) {
-        kv_view kv = kv_pool_view(st->kv, lk, rows[r].seq->kv[st->index].pages);
-        /* A windowed layer's query at p sees keys p - window < t <= p. */
-        int32_t t0 = window ? rows[r].pos + 1 - window : 0;
-        cpu_attention_fast_window(s->q + r * dq, hp->n_head, &kv, t0, rows[r].pos + 1, scale,
-                                  s->att + r * dq);
-        if (rot) /* back from the rotated basis: att = R^T sum_i p_i (R v_i) */
-            cpu_kv_unrotate(s->att + r * dq, hp->n_head, hp->head_dim);
-        if (sim)
-            kv_sim_output(s->att + r * dq, hp->n_head, hp->n_head_kv, hp->head_dim, L->bv);
-    }
+    if (n > 1 && !sim) /* the rows over the pool (each row's heads then on its thread) */
+        tp_parallel_for(n, attn_rows_task, &aj);
+    else
+        for (int r = 0; r < n; r++) {
+            attn_rows_task(&aj, n - 1 - r);
+            if (sim)
+                kv_sim_output(s->att + r * dq, hp->n_head, hp->n_head_kv, hp->head_dim, L->bv);
+        }
     PROF_ADD(op_ns[PROF_ATTN], t);
     if (trace_on()) {
         trace_vec("q_rope", il, s->q, dq);
@@ -176,17 +256,13 @@ static void attention_block(strata_engine *e, const stage *st, int il, const fwd
 static void ffn_dense(strata_engine *e, const layer_weights *L, int n)
 {
     cpu_scratch *s = &e->cpu;
-    int64_t D = e->m->hp.n_embd, F = L->gate.rows;
-    matmul(e, &L->gate, 0, s->xb, n, s->hb);
-    matmul(e, &L->up, 0, s->xb, n, s->hb2);
-    int64_t t = PROF_T0();
-    if (e->m->hp.ffn_gelu)
-        cpu_geglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
-    else
-        cpu_swiglu(s->hb, s->hb2, (int64_t)n * F, s->hb);
-    PROF_ADD(op_ns[PROF_ELEM], t);
+    int64_t D = e->m->hp.n_embd;
+    /* the GLU runs inside the products' tasks (profiled with them) */
+    const weight *w[2] = {&L->gate, &L->up};
+    float *y[2] = {s->hb, s->hb2};
+    matmul_group(e, w, y, 2, s->xb, n, e->m->hp.ffn_gelu ? 2 : 1);
     matmul(e, &L->down, 0, s->hb, n, s->att); /* att is free here: n x D fits */
-    t = PROF_T0();
+    int64_t t = PROF_T0();
     for (int r = 0; r < n; r++) {
         if (L->post_ffn_norm)
             cpu_rmsnorm(s->att + r * D, L->post_ffn_norm, D, e->m->hp.eps, s->att + r * D);

@@ -88,17 +88,24 @@ static void sift_down(struct cand *c, int k, int i)
     }
 }
 
-/* The k best of n candidates into c[0..k), sorted as qsort with cmp_desc
+/* The k best of the n logits into c[0..k), sorted as qsort with cmp_desc
  * sorts them (the order is total: ties go by id), in O(n log k) instead of
  * sorting the whole vocabulary: a top-k of 40 over 150K logits took
- * milliseconds per token with qsort. */
-static void top_k_sorted(struct cand *c, int n, int k)
+ * milliseconds per token with qsort.  A logit not above the worst kept one
+ * cannot enter (on a tie the kept one has the lower id), and that one
+ * compare is all most of the vocabulary costs; NaNs take cmp_desc. */
+static void top_k_sorted(struct cand *c, const float *logits, int n, int k)
 {
+    for (int i = 0; i < k; i++)
+        c[i] = (struct cand){logits[i], i};
     for (int i = k / 2 - 1; i >= 0; i--)
         sift_down(c, k, i);
     for (int i = k; i < n; i++) {
-        if (cmp_desc(&c[i], &c[0]) < 0) {
-            c[0] = c[i];
+        if (logits[i] <= c[0].logit)
+            continue;
+        const struct cand x = {logits[i], i};
+        if (cmp_desc(&x, &c[0]) < 0) {
+            c[0] = x;
             sift_down(c, k, 0);
         }
     }
@@ -119,12 +126,12 @@ int32_t sampler_sample(sampler *s, float *logits, int n_vocab, const int32_t *hi
         s->cap = n_vocab;
     }
     int n = n_vocab;
-    for (int i = 0; i < n; i++)
-        s->cand[i] = (struct cand){logits[i], i};
     if (s->p.top_k > 0 && s->p.top_k < n) {
-        top_k_sorted(s->cand, n, s->p.top_k);
+        top_k_sorted(s->cand, logits, n, s->p.top_k);
         n = s->p.top_k;
     } else {
+        for (int i = 0; i < n; i++)
+            s->cand[i] = (struct cand){logits[i], i};
         qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_desc);
     }
     /* Probabilities at temperature 1 for the top-p / min-p cuts, as

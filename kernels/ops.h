@@ -44,6 +44,24 @@ int cpu_mv_chain(const mv_chain_op *ops, int n_ops);
  * cpu_matmul within the tolerance stated in test/test_matvec.c. */
 void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
                      const float *x, int64_t n, float *y);
+/* Several products of one X in one hand-off to the thread pool: the
+ * activation rows are quantized once for every matrix that takes the same
+ * codes, and the tasks cover the matrices' rows one after another (Q, K and
+ * V of a layer).  Each output element gets cpu_matmul_fast's bits. */
+typedef struct cpu_mm {
+    int type;
+    const void *w;
+    int64_t rows;
+    float *y; /* n x rows */
+} cpu_mm;
+void cpu_matmul_fast_multi(const cpu_mm *mats, int n_mats, int64_t cols, const float *x,
+                           int64_t n);
+/* gate and up (the same rows) in one hand-off, then gate.y = act(gate.y) *
+ * up.y element by element (act: SiLU, or GELU's tanh form when gelu), each
+ * task on the rows it made: cpu_matmul_fast twice and cpu_swiglu /
+ * cpu_geglu, the same bits. */
+void cpu_matmul_fast_glu(const cpu_mm *gate, const cpu_mm *up, int64_t cols, const float *x,
+                         int64_t n, int gelu);
 /* Non-zero if cpu_matmul_fast quantizes activations for the types that
  * have such kernels (the default on a CPU with AVX2; STRATA_MATMUL_F32=1
  * turns it off): 1 int8 codes, 2 16-bit codes (kernels/cpu/act_q8.h). */
@@ -74,6 +92,13 @@ typedef struct rope_params {
 /* Rotate n_heads head vectors of head_dim at position pos, in place. */
 void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos,
               const rope_params *rp);
+/* cpu_rope in two halves, so a position's cos/sin (n_rot floats, pairs
+ * (cos, sin); n_rot <= ROPE_MAX_DIM) are made once for every layer and
+ * for q and k: cpu_rope is table then apply, the same bits. */
+#define ROPE_MAX_DIM 512
+void cpu_rope_table(int32_t pos, const rope_params *rp, float *cs);
+void cpu_rope_apply(float *x, int n_heads, int head_dim, const rope_params *rp,
+                    const float *cs);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y);

@@ -68,6 +68,16 @@ int cpu_matmul_fast_set_isa(int level);
 /* The level in effect (0 scalar, 1 AVX2): the other fast paths follow it. */
 int cpu_fast_isa(void);
 
+/* The KV store's AVX2 twins (kv_avx2.c): the bits of cpu_quant_k8,
+ * cpu_quant_v4nl and the rotation's plain C twins (rotate.c), which
+ * cpu_kv_rotate / cpu_kv_unrotate use without AVX2. */
+void cpu_quant_k8_avx2(const float *x, int n, int8_t *q, uint16_t *d);
+void cpu_quant_v4nl_avx2(const float *x, int n, uint8_t *q, uint16_t *d);
+void cpu_kv_rotate_avx2(float *x, int n_heads, int head_dim);
+void cpu_kv_unrotate_avx2(float *x, int n_heads, int head_dim);
+void cpu_kv_rotate_c(float *x, int n_heads, int head_dim);
+void cpu_kv_unrotate_c(float *x, int n_heads, int head_dim);
+
 /* cpu_attention_fast with the twin chosen by the caller (avx2: 1 the AVX2
  * twin where the CPU has it, 0 the plain C one); for tests. */
 struct kv_view;

@@ -94,18 +94,30 @@ DEFINE_COLS_FILL(q16)
 #define Q8_LO_q8 0
 #define Q8_LO_q16 1
 
-/* The factors of a sub-block for weight row r: fb[r][t] = dw * d_x[t] and
- * corr[r] += cw * s_x (lane t: activation row t); with one activation row
- * in scalars, the same products and the same fused multiply-add. */
-#define Q8T_FACTORS(C, r, DW, CW, S, K)                                                     \
+/* The factors of a sub-block for weight row r: lane t of fb[r] = dw * d_x[t]
+ * and corr[r] += cw * s_x (lane t: activation row t); with one activation
+ * row in scalars, the same products and the same fused multiply-add.
+ * With C > 1 the products come from FT, a table made ahead of the dots
+ * (Q8T_TABLE_ROW), not stored in the block and read back at once as 8
+ * broadcasts: with 8 activation rows AVX2 had no register left for the
+ * pointers to those lanes, and every broadcast went through a pointer
+ * reloaded from the stack and a store just made (Q5_0 896 x 896, n = 128,
+ * one core: 27.7 -> 32.9 GMAC/s, doc/cpu.md).  The correction's FMA stays
+ * here, in its order. */
+#define Q8T_FACTORS_AHEAD(C, r, DW, CW, S, K, FT)                                           \
     if (C == 1) {                                                                           \
+        fb[r] = NULL;                                                                       \
         fs[r] = (DW) * x[S].d;                                                              \
         corr1[K][r] = fmaf(CW, x[S].s, corr1[K][r]);                                        \
     } else {                                                                                \
-        const q8_col *cs = xc + ((S) - s0);                                                 \
-        _mm256_storeu_ps(fb[r], _mm256_mul_ps(_mm256_set1_ps(DW), _mm256_loadu_ps(cs->d))); \
-        corr[K][r] = _mm256_fmadd_ps(_mm256_set1_ps(CW), _mm256_loadu_ps(cs->s), corr[K][r]); \
+        fb[r] = (FT);                                                                       \
+        corr[K][r] = _mm256_fmadd_ps(_mm256_set1_ps(CW), _mm256_loadu_ps(xc[(S) - s0].s),  \
+                                     corr[K][r]);                                           \
     }
+
+/* One entry of such a table: the vector of products dw * d_x for sub-block S. */
+#define Q8T_TABLE_ROW(FT, DW, S)                                                            \
+    _mm256_storeu_ps(FT, _mm256_mul_ps(_mm256_set1_ps(DW), _mm256_loadu_ps(xc[(S) - s0].d)))
 
 /* The dots of sub-block S: every activation row of the tile against every
  * decoded weight row (wv codes, wa their magnitudes, mul the multipliers). */
@@ -263,6 +275,15 @@ DEFINE_COLS_FILL(q16)
                                                      const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
+        float ft[R][C == 1 ? 1 : Q8_CHUNK][8];                                              \
+        if (C > 1)                                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                             \
+                for (int64_t s = s0; s < s1; s++) {                                         \
+                    __m256i wv_, mul_;                                                      \
+                    float dw_, cw_;                                                         \
+                    dq8_##NAME##_avx2(w + r * rb, s, &wv_, &mul_, &dw_, &cw_);              \
+                    Q8T_TABLE_ROW(ft[r][s - s0], dw_, s);                                   \
+                }                                                                           \
         Q8T_BODY(R, C, Q8T_BLOCK, NAME, SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C)               \
     }
 
@@ -270,14 +291,15 @@ DEFINE_COLS_FILL(q16)
 #define Q8T_BLOCK(NAME, SIGNED, MULQ, LO, ISA, R, C, S, K)                                               \
     {                                                                                       \
         __m256i wv[R], wa[R], mul[R], w16[R][2];                                            \
-        float fb[R][8], fs[R];                                                              \
+        float fs[R];                                                                        \
+        const float *fb[R];                                                                 \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
             float dw, cw;                                                                   \
             dq8_##NAME##_avx2(w + r * rb, S, &wv[r], &mul[r], &dw, &cw);                    \
             wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                        \
             if (LO)                                                                         \
                 Q8_WIDEN(SIGNED, MULQ, wv[r], mul[r], w16[r])                               \
-            Q8T_FACTORS(C, r, dw, cw, S, K)                                                 \
+            Q8T_FACTORS_AHEAD(C, r, dw, cw, S, K, ft[r][C == 1 ? 0 : (S) - s0])             \
         }                                                                                   \
         Q8T_DOTS(SIGNED, MULQ, LO, ISA, R, C, S, K)                                         \
     }
@@ -293,19 +315,25 @@ DEFINE_COLS_FILL(q16)
         Q8T_LOAD(R, C)                                                                      \
         for (int64_t sb = s0 / 8; sb < s1 / 8; sb++) {                                      \
             q8_prep pp[R];                                                                  \
-            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                             \
+            float ft[R][8][8];                                                              \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                           \
                 prep_##NAME##_avx2(w + r * rb + sb * (BYTES), &pp[r]);                      \
+                if (C > 1)                                                                  \
+                    _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++)                  \
+                        Q8T_TABLE_ROW(ft[r][ib], pp[r].dw[ib], 8 * sb + ib);                \
+            }                                                                               \
             _Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {                        \
                 const int64_t s = 8 * sb + ib;                                              \
                 __m256i wv[R], wa[R], mul[R], w16[R][2];                                    \
-                float fb[R][8], fs[R];                                                      \
+                float fs[R];                                                                \
+                const float *fb[R];                                                         \
                 _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                       \
                     wv[r] = sub_##NAME##_avx2(w + r * rb + sb * (BYTES), ib);               \
                     wa[r] = SIGNED ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];                \
                     mul[r] = pp[r].mul[ib];                                                 \
                     if (Q8_LO_##PRE)                                                        \
                         Q8_WIDEN(SIGNED, MULQ, wv[r], mul[r], w16[r])                       \
-                    Q8T_FACTORS(C, r, pp[r].dw[ib], pp[r].cw[ib], s, ib & 1)                \
+                    Q8T_FACTORS_AHEAD(C, r, pp[r].dw[ib], pp[r].cw[ib], s, ib & 1, ft[r][ib]) \
                 }                                                                           \
                 Q8T_DOTS(SIGNED, MULQ, Q8_LO_##PRE, ISA, R, C, s, ib & 1)                   \
             }                                                                               \
@@ -402,11 +430,15 @@ DEFINE_COLS_FILL(q16)
  * (matvec_q8, tiles_match_the_c_twin_bitwise, n up to 27).  Measured
  * (one core, Q5_0 896 x 896, n = 128): 29.8 -> 32.0 GMAC/s; not more,
  * because the tile is bound by its multiplies (two madd / dpwssd and an
- * FMA per 32 products and activation row), not by the decode.  Only
- * Q5_0 (the costliest decode: its fifth bits) takes this path: Q8_0,
- * whose decode is a load, gained nothing (31.7 -> 31.5) and Q4_1 lost
- * (the demo model's prompt 191 -> 174 tok/s: 72 stored bytes per 32
- * weights read back cost more than unpacking 20). */
+ * FMA per 32 products and activation row), not by the decode.  Q5_0 (the
+ * costliest decode: its fifth bits) takes this path; Q8_0, whose decode
+ * is a load, gained nothing (31.7 -> 31.5), and Q4_1 first lost (the demo
+ * model's prompt 191 -> 174 tok/s: 72 stored bytes per 32 weights read
+ * back cost more than unpacking 20).  Since the tiles take their factors
+ * from a table (Q8T_FACTORS_AHEAD), Q4_1 rows of up to 1024 columns gain
+ * (1536 x 576, n = 128: 28.0 -> 31.5-32.1 GMAC/s) and longer ones still
+ * lose (576 x 1536: 28.2 -> 26.7-27.8), so Q4_1 takes it up to 32
+ * sub-blocks. */
 typedef struct q16_wpre {
     int16_t v[32];
     float dw, cw;
@@ -414,20 +446,31 @@ typedef struct q16_wpre {
 #define Q16_PRE_MIN_N 16    /* at least two tiles of 8 activation rows */
 #define Q16_PRE_ROWS 16     /* weight rows decoded at a time */
 #define Q16_PRE_MAX_SUB 64  /* longer rows (over 2048 columns) decode in the tiles */
+#define Q16_PRE_Q4_1_MAX_SUB 32 /* Q4_1: rows of up to 1024 columns (see above) */
 
 #define Q8T_BLOCK_PRE(ISA, R, C, S, K)                                                      \
     {                                                                                       \
         __m256i wv[R], wa[R], mul[R], w16[R][2];                                            \
-        float fb[R][8], fs[R];                                                              \
+        float fs[R];                                                                        \
+        const float *fb[R];                                                                 \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                               \
             const q16_wpre *p_ = (const q16_wpre *)(w + r * rb) + (S);                      \
             wv[r] = wa[r] = mul[r] = _mm256_setzero_si256(); /* (the int8 branch's) */       \
             w16[r][0] = _mm256_loadu_si256((const __m256i *)p_->v);                         \
             w16[r][1] = _mm256_loadu_si256((const __m256i *)(p_->v + 16));                  \
-            Q8T_FACTORS(C, r, p_->dw, p_->cw, S, K)                                         \
+            Q8T_FACTORS_AHEAD(C, r, p_->dw, p_->cw, S, K, ft[r][C == 1 ? 0 : (S) - s0])    \
         }                                                                                   \
         Q8T_DOTS(0, 0, 1, ISA, R, C, S, K)                                                  \
     }
+
+/* ft[r][s - s0] = dw(r, s) * d_x(s): Q8T_FACTORS' products, ahead */
+#define Q8T_PRE_TABLE(R, C)                                                                 \
+    float ft[R][C == 1 ? 1 : Q16_PRE_MAX_SUB][8];                                           \
+    if (C > 1)                                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                 \
+            for (int64_t s = s0; s < s1; s++) {                                             \
+                Q8T_TABLE_ROW(ft[r][s - s0], ((const q16_wpre *)(w + r * rb) + s)->dw, s);  \
+            }
 
 #define DEFINE_Q8T_PRE(PRE, ISA, TAG, R, C)                                                 \
     Q8_INLINE_##ISA void q8t_pre_##PRE##_##TAG##_##C##_##ISA(const uint8_t *w, size_t rb, int64_t s0, \
@@ -435,18 +478,19 @@ typedef struct q16_wpre {
                                                      const act_##PRE *x, const q8_col *xc,  \
                                                      q8_acc *st, float *y, int64_t ystride) \
     {                                                                                       \
+        Q8T_PRE_TABLE(R, C)                                                                 \
         Q8T_BODY(R, C, Q8T_BLOCK_PRE, ISA, R, C)                                            \
     }
 
 /* The decode (the tiles' decoder and widening, stored) and the rows entry
  * of a 32-weight type on the 16-bit codes. */
-#define DEFINE_Q16_ROWS_PRE(NAME, SIGNED, ISA)                                              \
+#define DEFINE_Q16_ROWS_PRE(NAME, SIGNED, ISA, MAX_SUB)                                     \
     Q8_FN_##ISA void q16rowsp_##NAME##_##ISA(const uint8_t *w, size_t rb, int64_t nrows,    \
                                              int64_t cols, const act_q16 *x, int64_t n,     \
                                              float *y, int64_t ystride)                     \
     {                                                                                       \
         const int64_t nsub = cols / 32;                                                     \
-        if (n < Q16_PRE_MIN_N || nsub > Q16_PRE_MAX_SUB) {                                  \
+        if (n < Q16_PRE_MIN_N || nsub > (MAX_SUB)) {                                        \
             q16rows_##NAME##_##ISA(w, rb, nrows, cols, x, n, y, ystride);                   \
             return;                                                                         \
         }                                                                                   \
@@ -473,7 +517,8 @@ typedef struct q16_wpre {
 #define DEFINE_Q16_PRE_ALL(ISA)                                                             \
     DEFINE_Q8T_SET(DEFINE_Q8T_PRE, q16, ISA)                                                \
     DEFINE_Q8_ROWS_LOOP(pre, q16, ISA)                                                      \
-    DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA)
+    DEFINE_Q16_ROWS_PRE(q5_0, 0, ISA, Q16_PRE_MAX_SUB)                                      \
+    DEFINE_Q16_ROWS_PRE(q4_1, 0, ISA, Q16_PRE_Q4_1_MAX_SUB)
 
 /* The integer dot of 32 codes in 8 int32 lanes (lane k: codes 4k..4k+3,
  * times the multiplier of their half of 16 when the type has one, MULQ):
@@ -547,7 +592,7 @@ Q8_FN_avx2 void q16rowsd_q4_1_avx2(const uint8_t *w, size_t rb, int64_t nrows, i
                                    const act_q16 *x, int64_t n, float *y, int64_t ystride)
 {
     if (n != 1 || !q16dec_q4_1_avx2(w, rb, nrows, cols, x, y))
-        q16rows_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
+        q16rowsp_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
 }
 
 Q8_FN_avx2 void q16rowsd_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
@@ -588,7 +633,7 @@ q16_rows_fn q16_rows_avx512(int type)
 {
     switch (type) {
     case GGML_TYPE_Q4_0: return q16rows_q4_0_avx512;
-    case GGML_TYPE_Q4_1: return q16rows_q4_1_avx512;
+    case GGML_TYPE_Q4_1: return q16rowsp_q4_1_avx512;
     case GGML_TYPE_Q5_0: return q16rowsp_q5_0_avx512;
     case GGML_TYPE_Q8_0: return q16rows_q8_0_avx512;
     case GGML_TYPE_Q4_K: return q16rows_q4_k_avx512;

@@ -4,6 +4,8 @@
  * bit for bit, with the fp16 scales stored apart from the quants. */
 #include "kernels/ops.h"
 
+#include "kernels/cpu/dot_kernels.h"
+
 #include <math.h>
 #include <stddef.h>
 
@@ -234,9 +236,11 @@ void cpu_kv_store(const kv_view *kv, int32_t pos, const float *k, const float *v
             }
             continue;
         }
-        cpu_quant_k8(kh, hd, kv->kq + kv_offset(kv, pos, h, hd),
-                     kv->kd + kv_offset(kv, pos, h, hd / 32));
-        (kv->type == KV_K8V4NL ? cpu_quant_v4nl : cpu_quant_v4)(
+        /* the AVX2 twins (kv_avx2.c) give the plain C bits */
+        const int avx2 = cpu_fast_isa();
+        (avx2 ? cpu_quant_k8_avx2 : cpu_quant_k8)(kh, hd, kv->kq + kv_offset(kv, pos, h, hd),
+                                                  kv->kd + kv_offset(kv, pos, h, hd / 32));
+        (kv->type == KV_K8V4NL ? (avx2 ? cpu_quant_v4nl_avx2 : cpu_quant_v4nl) : cpu_quant_v4)(
             vh, hd, kv->vq + kv_offset(kv, pos, h, hd / 2), kv->vd + kv_offset(kv, pos, h, hd / 32));
     }
 }

@@ -5,7 +5,11 @@
  *  - Threads: kernels/cpu/threadpool.c, created once.  The rows are cut
  *    into tasks of whole rows handed out dynamically (a loaded machine
  *    slows threads unevenly); small products stay on the calling thread,
- *    where waking a worker would cost more than it saves.
+ *    where waking a worker would cost more than it saves.  Several
+ *    products of one X (a layer's Q, K and V: cpu_matmul_fast_multi) are
+ *    one job with the codes made once, and gate/up one job with the GLU
+ *    applied inside each task (cpu_matmul_fast_glu): fewer hand-offs, and
+ *    the GLU on every thread.
  *  - Activations: with AVX2, for Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K each activation row is
  *    quantized once per call to blocks of 32 codes, 16-bit by default or
  *    int8 with STRATA_MATMUL_ACT=8 (act_q8.h), and the weights are dotted
@@ -253,69 +257,203 @@ static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
     }
 }
 
-static void fast_task(void *ctx, int64_t k)
-{
-    const fast_job *j = ctx;
-    const int64_t r0 = k * j->chunk;
-    const int64_t r1 = r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows;
-    fast_rows(j, r0, r1);
-}
+/* ---- choosing and making the activation codes ---------------------------- */
 
-void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
-                     const float *x, int64_t n, float *y)
+enum { FMT_F32, FMT_Q8K, FMT_Q16, FMT_Q8, FMT_N };
+
+/* Which codes a product of this type takes, with its rows kernel set in j
+ * (the buffers come later, shared between matrices of one call). */
+static int choose_act(fast_job *j, int type, int64_t cols, int avx2)
 {
-    const type_traits *t = type_traits_get(type);
-    assert(t && t->dequant && cols % t->blck == 0);
-    if (rows <= 0 || n <= 0)
-        return;
-    const int avx2 = isa_level();
-    fast_job j = {
-        .kern = avx2 ? fast_rows_vec(type) : fast_rows_scalar(type),
-        .t = t, .w = w, .row_bytes = type_row_bytes(type, cols),
-        .rows = rows, .cols = cols, .n = n, .chunk = rows,
-        .x = x, .y = y, .dot = avx2 ? fast_dot_f32_avx2 : fast_dot_f32,
-    };
     /* int8 activations with AVX2 only: the plain C twins are the tests'
      * reference, and without maddubs the float kernels are as quick */
     const int act = q8_level();
     const int k8l = q8k_level();
     const int use_k8 = k8l == CPU_Q8K_ALWAYS || (k8l == CPU_Q8K_WITH_INT8 && act == CPU_ACT_Q8);
     q8k_rows_fn k8 = act && avx2 && cols % 256 == 0 && use_k8 ? q8k_rows_avx2(type) : NULL;
-    act_q8k *xk = k8 ? q8_scratch((size_t)(n * (cols / 256)) * sizeof *xk) : NULL;
-    if (xk) {
-        for (int64_t i = 0; i < n; i++)
-            act_q8k_quantize_avx2(x + i * cols, cols, xk + i * (cols / 256));
-        j.q8k = k8;
-        j.xq8k = xk;
-    } else if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
-        q16_rows_fn k = vnni_level() ? q16_rows_avx512(type) : q16_rows_avx2(type);
-        act_q16 *xq = k ? q8_scratch((size_t)(n * (cols / 32)) * sizeof *xq) : NULL;
-        if (xq) {
-            for (int64_t i = 0; i < n; i++)
-                act_q16_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
-            j.q16 = k;
-            j.xq16 = xq;
-        }
-    } else if (act && avx2 && cols % 32 == 0) {
-        q8_rows_fn k = vnni_level() ? q8_rows_avx512(type) : q8_rows_avx2(type);
-        act_q8 *xq = k ? q8_scratch((size_t)(n * (cols / 32)) * sizeof *xq) : NULL;
-        if (xq) {
-            for (int64_t i = 0; i < n; i++)
-                act_q8_quantize_avx2(x + i * cols, cols, xq + i * (cols / 32));
-            j.q8 = k;
-            j.xq = xq;
-        }
+    if (k8) {
+        j->q8k = k8;
+        return FMT_Q8K;
     }
-    if (rows * cols * n < FAST_INLINE_WORK || rows < 2 * FAST_MIN_ROWS) {
-        fast_rows(&j, 0, rows);
+    if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
+        j->q16 = vnni_level() ? q16_rows_avx512(type) : q16_rows_avx2(type);
+        return j->q16 ? FMT_Q16 : FMT_F32;
+    }
+    if (act && avx2 && cols % 32 == 0) {
+        j->q8 = vnni_level() ? q8_rows_avx512(type) : q8_rows_avx2(type);
+        return j->q8 ? FMT_Q8 : FMT_F32;
+    }
+    return FMT_F32;
+}
+
+static size_t act_bytes(int fmt, int64_t n, int64_t cols)
+{
+    const size_t b = fmt == FMT_Q8K   ? (size_t)(cols / 256) * sizeof(act_q8k)
+                     : fmt == FMT_Q16 ? (size_t)(cols / 32) * sizeof(act_q16)
+                     : fmt == FMT_Q8  ? (size_t)(cols / 32) * sizeof(act_q8)
+                                      : 0;
+    return (b * (size_t)n + 63) & ~(size_t)63; /* the next format starts aligned */
+}
+
+static void act_quantize(int fmt, const float *x, int64_t n, int64_t cols, void *buf)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (fmt == FMT_Q8K)
+            act_q8k_quantize_avx2(x + i * cols, cols, (act_q8k *)buf + i * (cols / 256));
+        else if (fmt == FMT_Q16)
+            act_q16_quantize_avx2(x + i * cols, cols, (act_q16 *)buf + i * (cols / 32));
+        else if (fmt == FMT_Q8)
+            act_q8_quantize_avx2(x + i * cols, cols, (act_q8 *)buf + i * (cols / 32));
+    }
+}
+
+/* Quantizes x once per format the jobs take (into this thread's buffer)
+ * and hands each job its codes; out of memory, every job keeps the float
+ * kernels. */
+static void share_codes(fast_job *jobs, const int *fmt, int n_jobs, const float *x, int64_t n,
+                        int64_t cols)
+{
+    size_t off[FMT_N] = {0}, total = 0;
+    int used[FMT_N] = {0};
+    for (int i = 0; i < n_jobs; i++)
+        used[fmt[i]] = 1;
+    for (int f = FMT_Q8K; f < FMT_N; f++)
+        if (used[f]) {
+            off[f] = total;
+            total += act_bytes(f, n, cols);
+        }
+    uint8_t *buf = total ? q8_scratch(total) : NULL;
+    for (int f = FMT_Q8K; f < FMT_N && buf; f++)
+        if (used[f])
+            act_quantize(f, x, n, cols, buf + off[f]);
+    for (int i = 0; i < n_jobs; i++) {
+        fast_job *j = &jobs[i];
+        if (!buf) {
+            j->q8k = NULL;
+            j->q16 = NULL;
+            j->q8 = NULL;
+            continue;
+        }
+        j->xq8k = fmt[i] == FMT_Q8K ? (const act_q8k *)(buf + off[FMT_Q8K]) : NULL;
+        j->xq16 = fmt[i] == FMT_Q16 ? (const act_q16 *)(buf + off[FMT_Q16]) : NULL;
+        j->xq = fmt[i] == FMT_Q8 ? (const act_q8 *)(buf + off[FMT_Q8]) : NULL;
+    }
+}
+
+/* One product's job, its codes not made yet; returns their format. */
+static int job_init(fast_job *j, const cpu_mm *m, int64_t cols, const float *x, int64_t n)
+{
+    const type_traits *t = type_traits_get(m->type);
+    assert(t && t->dequant && cols % t->blck == 0);
+    const int avx2 = isa_level();
+    *j = (fast_job){
+        .kern = avx2 ? fast_rows_vec(m->type) : fast_rows_scalar(m->type),
+        .t = t, .w = m->w, .row_bytes = type_row_bytes(m->type, cols),
+        .rows = m->rows, .cols = cols, .n = n, .chunk = m->rows,
+        .x = x, .y = m->y, .dot = avx2 ? fast_dot_f32_avx2 : fast_dot_f32,
+    };
+    return choose_act(j, m->type, cols, avx2);
+}
+
+/* ---- one hand-off for several products ---------------------------------- */
+
+#define FAST_MAX_MATS 4
+
+typedef struct multi_job {
+    fast_job j[FAST_MAX_MATS];
+    int n_mats;
+    int glu;              /* 0: rows one matrix after another; 1 swiglu, 2 geglu of j[0], j[1] */
+    int64_t off[FAST_MAX_MATS + 1]; /* first task row of each matrix */
+    int64_t total, chunk; /* task rows in all, per task */
+} multi_job;
+
+/* Task rows [g0, g1): rows of the matrices one after another, or with a
+ * GLU the same rows of gate and up, then the activation on them. */
+static void multi_rows(const multi_job *m, int64_t g0, int64_t g1)
+{
+    if (m->glu) {
+        const fast_job *g = &m->j[0], *u = &m->j[1];
+        fast_rows(g, g0, g1);
+        fast_rows(u, g0, g1);
+        for (int64_t i = 0; i < g->n; i++) {
+            float *y = g->y + i * g->rows + g0;
+            (m->glu == 2 ? cpu_geglu : cpu_swiglu)(y, u->y + i * u->rows + g0, g1 - g0, y);
+        }
         return;
     }
-    const int nt = tp_threads();
+    for (int i = 0; i < m->n_mats; i++) {
+        const int64_t lo = g0 > m->off[i] ? g0 : m->off[i];
+        const int64_t hi = g1 < m->off[i + 1] ? g1 : m->off[i + 1];
+        if (lo < hi)
+            fast_rows(&m->j[i], lo - m->off[i], hi - m->off[i]);
+    }
+}
+
+static void multi_task(void *ctx, int64_t k)
+{
+    const multi_job *m = ctx;
+    const int64_t g0 = k * m->chunk;
+    multi_rows(m, g0, g0 + m->chunk < m->total ? g0 + m->chunk : m->total);
+}
+
+/* Small products stay on the calling thread; else tasks of at least
+ * FAST_MIN_ROWS rows, FAST_TASKS_PER_THREAD per thread. */
+static void multi_run(multi_job *m, int64_t work)
+{
+    const int nt = work < FAST_INLINE_WORK || m->total < 2 * FAST_MIN_ROWS ? 1 : tp_threads();
     if (nt <= 1) {
-        fast_rows(&j, 0, rows);
+        multi_rows(m, 0, m->total);
         return;
     }
-    int64_t chunk = (rows + nt * FAST_TASKS_PER_THREAD - 1) / (nt * FAST_TASKS_PER_THREAD);
-    j.chunk = chunk < FAST_MIN_ROWS ? FAST_MIN_ROWS : chunk;
-    tp_parallel_for((rows + j.chunk - 1) / j.chunk, fast_task, &j);
+    const int64_t chunk = (m->total + nt * FAST_TASKS_PER_THREAD - 1) / (nt * FAST_TASKS_PER_THREAD);
+    m->chunk = chunk < FAST_MIN_ROWS ? FAST_MIN_ROWS : chunk;
+    tp_parallel_for((m->total + m->chunk - 1) / m->chunk, multi_task, m);
+}
+
+static void multi_prepare(multi_job *m, const cpu_mm *mats, int n_mats, int64_t cols,
+                          const float *x, int64_t n)
+{
+    int fmt[FAST_MAX_MATS];
+    m->n_mats = n_mats;
+    m->off[0] = 0;
+    for (int i = 0; i < n_mats; i++) {
+        fmt[i] = job_init(&m->j[i], &mats[i], cols, x, n);
+        m->off[i + 1] = m->off[i] + mats[i].rows;
+    }
+    share_codes(m->j, fmt, n_mats, x, n, cols);
+}
+
+void cpu_matmul_fast_multi(const cpu_mm *mats, int n_mats, int64_t cols, const float *x,
+                           int64_t n)
+{
+    if (n <= 0)
+        return;
+    for (int i0 = 0; i0 < n_mats; i0 += FAST_MAX_MATS) {
+        const int k = n_mats - i0 < FAST_MAX_MATS ? n_mats - i0 : FAST_MAX_MATS;
+        multi_job m = {.glu = 0};
+        multi_prepare(&m, mats + i0, k, cols, x, n);
+        m.total = m.off[k];
+        if (m.total > 0)
+            multi_run(&m, m.total * cols * n);
+    }
+}
+
+void cpu_matmul_fast_glu(const cpu_mm *gate, const cpu_mm *up, int64_t cols, const float *x,
+                         int64_t n, int gelu)
+{
+    assert(gate->rows == up->rows);
+    if (gate->rows <= 0 || n <= 0)
+        return;
+    const cpu_mm mats[2] = {*gate, *up};
+    multi_job m = {.glu = gelu ? 2 : 1};
+    multi_prepare(&m, mats, 2, cols, x, n);
+    m.total = gate->rows;
+    multi_run(&m, 2 * m.total * cols * n);
+}
+
+void cpu_matmul_fast(int type, const void *w, int64_t rows, int64_t cols,
+                     const float *x, int64_t n, float *y)
+{
+    const cpu_mm m = {.type = type, .w = w, .rows = rows, .y = y};
+    cpu_matmul_fast_multi(&m, 1, cols, x, n);
 }

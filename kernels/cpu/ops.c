@@ -26,7 +26,7 @@ void cpu_rmsnorm_heads(float *x, const float *w, int n_heads, int head_dim, floa
  * §4.4).  NORM rotates adjacent pairs (2i, 2i+1): the llama converter
  * permuted Q/K rows so this matches HF's half split; NEOX rotates (i,
  * i + n_rot/2). */
-void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos, const rope_params *rp)
+void cpu_rope_table(int32_t pos, const rope_params *rp, float *cs)
 {
     int half = rp->n_rot / 2;
     for (int i = 0; i < half; i++) {
@@ -34,7 +34,16 @@ void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos, const rope_param
         if (rp->freq_factors)
             inv /= rp->freq_factors[i];
         double theta = (double)pos * rp->freq_scale * inv;
-        float c = (float)cos(theta), s = (float)sin(theta);
+        cs[2 * i] = (float)cos(theta);
+        cs[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+void cpu_rope_apply(float *x, int n_heads, int head_dim, const rope_params *rp, const float *cs)
+{
+    int half = rp->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (int64_t)h * head_dim;
             int a = rp->neox ? i : 2 * i;
@@ -44,6 +53,13 @@ void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos, const rope_param
             v[b] = va * s + vb * c;
         }
     }
+}
+
+void cpu_rope(float *x, int n_heads, int head_dim, int32_t pos, const rope_params *rp)
+{
+    float cs[ROPE_MAX_DIM];
+    cpu_rope_table(pos, rp, cs);
+    cpu_rope_apply(x, n_heads, head_dim, rp, cs);
 }
 
 void cpu_swiglu(const float *gate, const float *up, int64_t n, float *y)

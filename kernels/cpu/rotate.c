@@ -20,6 +20,8 @@
  * order: same bits. */
 #include "kernels/ops.h"
 
+#include "kernels/cpu/dot_kernels.h"
+
 #include <math.h>
 #include <stddef.h>
 
@@ -65,7 +67,7 @@ static void flip_signs(float *x, int d)
     }
 }
 
-void cpu_kv_rotate(float *x, int n_heads, int head_dim)
+void cpu_kv_rotate_c(float *x, int n_heads, int head_dim)
 {
     float sc = kv_rot_scale(head_dim);
     for (int h = 0; h < n_heads; h++) {
@@ -77,7 +79,7 @@ void cpu_kv_rotate(float *x, int n_heads, int head_dim)
     }
 }
 
-void cpu_kv_unrotate(float *x, int n_heads, int head_dim)
+void cpu_kv_unrotate_c(float *x, int n_heads, int head_dim)
 {
     float sc = kv_rot_scale(head_dim);
     for (int h = 0; h < n_heads; h++) {
@@ -87,4 +89,16 @@ void cpu_kv_unrotate(float *x, int n_heads, int head_dim)
             xh[i] *= sc;
         flip_signs(xh, head_dim);
     }
+}
+
+/* The AVX2 twins (kv_avx2.c) give these bits; the engine takes them where
+ * the fast kernels run. */
+void cpu_kv_rotate(float *x, int n_heads, int head_dim)
+{
+    (cpu_fast_isa() ? cpu_kv_rotate_avx2 : cpu_kv_rotate_c)(x, n_heads, head_dim);
+}
+
+void cpu_kv_unrotate(float *x, int n_heads, int head_dim)
+{
+    (cpu_fast_isa() ? cpu_kv_unrotate_avx2 : cpu_kv_unrotate_c)(x, n_heads, head_dim);
 }
