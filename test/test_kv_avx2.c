@@ -4,7 +4,8 @@
  * the card's kernels and the reference scripts reproduce the C ones.
  *
  * Inputs: Gaussian blocks at scales from 1e-3 to 1e3, blocks with one
- * outlier, ties for the largest element (either sign), values at exact
+ * outlier (one past k8v4nl's V range, whose scale is clamped), ties for the
+ * largest element (either sign), values at exact
  * halves of a K step (roundf's half away from zero), zeros, an Inf, NaNs,
  * subnormals; head dims 32 to 512 for the rotation.  Skipped without AVX2. */
 #include "testutil.h"
@@ -45,6 +46,7 @@ static void fill_blocks(float *x, uint64_t seed)
                 xb[j] = 1e-40f * (float)(j + 1); /* subnormals */
             break;
         case 9: xb[11] = -INFINITY; break;
+        case 10: xb[9] = -2.0e4f; break; /* past 127 x 56.5: V's scale clamped */
         default: break;
         }
     }

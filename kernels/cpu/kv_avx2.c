@@ -138,7 +138,7 @@ AVX2_FN void cpu_quant_v4nl_avx2(const float *x, int n, uint8_t *q, uint16_t *d)
                 }
             }
         }
-        d[b] = fp16_keep7(f32_to_fp16(db));
+        d[b] = kv_nl_scale(f32_to_fp16(db));
         const float ds = fp16_to_f32(d[b]);
         const __m256 id = _mm256_set1_ps(ds != 0.0f ? 1.0f / ds : 0.0f);
         __m256i c[4];
