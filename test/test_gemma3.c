@@ -250,8 +250,12 @@ static void compare_with_ref_act(const char *model, const int32_t *toks, int n, 
     }
     printf("  %s (activations %s%s): worst relative error %.3g over %d positions, %d argmax "
            "differ\n", model, act == CPU_ACT_F32 ? "f32" : act == CPU_ACT_Q8 ? "int8" : "16-bit",
-           act == CPU_ACT_F32 ? "" : q8k == CPU_Q8K_ALWAYS || (q8k == CPU_Q8K_WITH_INT8 && act == CPU_ACT_Q8)
-                                      ? ", Q4_K/Q6_K act_q8k" : "", worst, n, flips);
+           act == CPU_ACT_F32 ? ""
+           : q8k == CPU_Q8K_ALWAYS || (q8k == CPU_Q8K_SAME_WIDTH && act == CPU_ACT_Q8)
+               ? ", Q4_K/Q6_K act_q8k"
+           : q8k == CPU_Q8K_SAME_WIDTH ? ", Q4_K/Q6_K act_q16k"
+                                       : "",
+           worst, n, flips);
     /* greedy continuation, token for token (f16 KV, as the reference keeps
      * exact K/V; the k8v4 cache changes this small model's answers) */
     if (greedy > 0) {
@@ -302,8 +306,10 @@ static void real_model_prompt(const char *model, tok_ids *ids)
 
 /* The quantized activations on the real file, against float64 (Q4_K:
  * attn_output, Q6_K: ffn_down, the rest Q5_0 / Q8_0 on 640 columns, which
- * act_q8k cannot take).  Loop 0: the default (16-bit codes everywhere),
- * within the f16 cache's 3e-3 (measured 5.4e-4; float activations 6.2e-4);
+ * act_q8k and act_q16k cannot take).  Loop 0: the default (16-bit codes,
+ * Q4_K and Q6_K on act_q16k: a scale per 256), within the f16 cache's
+ * 3e-3 (measured 3.7e-4; with a scale per 32 everywhere 5.4e-4, float
+ * activations 6.2e-4);
  * loop 1: the int8 codes (STRATA_MATMUL_ACT=8, where Q4_K and Q6_K take
  * act_q8k), within 1e-1 (measured 8.1e-2; the int8 codes over 32
  * everywhere: 5.6e-2), the argmax counted, not asserted; loop 2: 16-bit

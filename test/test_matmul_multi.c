@@ -93,7 +93,7 @@ START_TEST(grouped_products_give_the_solo_bits)
     static const char *modes[4] = {"f32", "int8", "16-bit", "16-bit + q8k"};
     const int act = _i == 0 ? CPU_ACT_F32 : _i == 1 ? CPU_ACT_Q8 : CPU_ACT_Q16;
     cpu_matmul_fast_set_q8(act);
-    cpu_matmul_fast_set_q8k(_i == 3 ? CPU_Q8K_ALWAYS : CPU_Q8K_WITH_INT8);
+    cpu_matmul_fast_set_q8k(_i == 3 ? CPU_Q8K_ALWAYS : CPU_Q8K_SAME_WIDTH);
     uint8_t *w[3];
     for (int k = 0; k < 3; k++)
         w[k] = q8_random_blocks(types[k], rows_of[k], COLS, 900 + (uint64_t)k);

@@ -41,6 +41,7 @@
 #ifndef STRATA_ACT_Q8_H
 #define STRATA_ACT_Q8_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,33 @@ typedef struct act_q8k {
     float d;
     uint8_t pad_[28];  /* 320 bytes: each block's codes start 32-aligned */
 } act_q8k;
+
+/* The 16-bit codes with one scale per 256 values, for Q4_K and Q6_K: the
+ * act_q16 recipe over 256 values instead of 32 (d8 = max|x| / 127 over the
+ * 256, v = 256 q + lo, d = d8 / 256), and the sum of each 32 codes, which
+ * carries Q4_K's minima.  A super-block of weights times its sub-block
+ * scales sums exactly in int32 against them (dot_q16k_scalar.c says how
+ * and why it stays as close to the floats as act_q16). */
+typedef struct act_q16k {
+    int16_t v[256];    /* 256 q + lo, |v| <= 32639 */
+    int32_t bsums[8];  /* sum of codes 32 s .. 32 s + 31 */
+    float d;           /* scale of the codes */
+    uint8_t pad_[28];  /* 576 bytes: each block's codes start 32-aligned */
+} act_q16k;
+
+/* The 16-bit code of t = x / d8 (d8 the block's int8 step): the int8 code
+ * r = nearbyint(t) clamped to +-127, and the remainder in 256ths of a
+ * step, nearbyint(256 (t - r)) clamped to +-127 (t - r is exact: r is t's
+ * nearest integer, or t is out of range and r its bound); NaN codes as 0.
+ * act_q16 and act_q16k share it. */
+static inline int act_q16_code(float t)
+{
+    float r = nearbyintf(t);
+    r = r == r ? (r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r) : 0.0f;
+    float l = nearbyintf((t - r) * 256.0f);
+    l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
+    return 256 * (int)r + (int)l;
+}
 
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */
 void act_q8_quantize(const float *x, int64_t cols, act_q8 *xq);
@@ -120,6 +148,15 @@ void act_q8k_quantize(const float *x, int64_t cols, act_q8k *xq);      /* dot_q8
 void act_q8k_quantize_avx2(const float *x, int64_t cols, act_q8k *xq); /* same bits */
 q8k_rows_fn q8k_rows_scalar(int type); /* dot_q8k_scalar.c */
 q8k_rows_fn q8k_rows_avx2(int type);   /* dot_q8k_avx2.c; NULL off x86-64 */
+/* The kernels on act_q16k: Q4_K and Q6_K only (NULL for other types);
+ * cols a multiple of 256.  Scalar and AVX2 twins give the same bits. */
+typedef void (*q16k_rows_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t cols,
+                             const act_q16k *x, int64_t n, float *y, int64_t ystride);
+/* xq[cols / 256] from x[cols]; cols a multiple of 256.  NaN codes as 0. */
+void act_q16k_quantize(const float *x, int64_t cols, act_q16k *xq);      /* dot_q16k_scalar.c */
+void act_q16k_quantize_avx2(const float *x, int64_t cols, act_q16k *xq); /* same bits */
+q16k_rows_fn q16k_rows_scalar(int type); /* dot_q16k_scalar.c */
+q16k_rows_fn q16k_rows_avx2(int type);   /* dot_q16k_avx2.c; NULL off x86-64 */
 /* 1 if this CPU runs the *_avx512 kernels (AVX2 set, AVX512F, VL, VNNI). */
 int fast_cpu_vnni_ok(void);
 
@@ -134,17 +171,18 @@ int fast_cpu_vnni_ok(void);
 #define CPU_ACT_Q16 2
 #define CPU_ACT_DEFAULT CPU_ACT_Q16
 int cpu_matmul_fast_set_q8(int on);
-/* When Q4_K and Q6_K take act_q8k where activations are quantized:
- * CPU_Q8K_NEVER (STRATA_MATMUL_Q8K=0: the other types' format),
- * CPU_Q8K_ALWAYS (STRATA_MATMUL_Q8K=1: also beside the 16-bit codes),
- * CPU_Q8K_WITH_INT8 (the default: with the int8 codes, STRATA_MATMUL_ACT=8,
- * not with the 16-bit ones: one scale per 256 values moved Gemma 3 270M's
- * logits by 6e-2 against float64, doc/cpu.md).  -1 re-reads the
+/* Which codes Q4_K and Q6_K take where activations are quantized:
+ * CPU_Q8K_NEVER (STRATA_MATMUL_Q8K=0: the other types' format, a scale
+ * per 32), CPU_Q8K_ALWAYS (STRATA_MATMUL_Q8K=1: act_q8k, int8 with a scale
+ * per 256, also beside the 16-bit codes: it moved Gemma 3 270M's logits by
+ * 6e-2 against float64, doc/cpu.md), CPU_Q8K_SAME_WIDTH (the default: a
+ * scale per 256 in the width the other types use, act_q16k with the
+ * 16-bit codes, act_q8k with the int8 ones).  -1 re-reads the
  * environment.  Returns the setting.  Call while no matmul runs. */
 #define CPU_Q8K_NEVER 0
 #define CPU_Q8K_ALWAYS 1
-#define CPU_Q8K_WITH_INT8 2
-#define CPU_Q8K_DEFAULT CPU_Q8K_WITH_INT8
+#define CPU_Q8K_SAME_WIDTH 2
+#define CPU_Q8K_DEFAULT CPU_Q8K_SAME_WIDTH
 int cpu_matmul_fast_set_q8k(int on);
 
 #endif

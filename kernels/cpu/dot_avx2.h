@@ -39,6 +39,44 @@ AVX2_INLINE float hsum_avx2(__m256 v)
     return _mm_cvtss_f32(s1);
 }
 
+/* The sum of 8 int32 lanes (exact where it fits). */
+AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* max |x| over n floats (n a multiple of 8); a NaN lane keeps the maximum,
+ * as fmaxf does. */
+AVX2_INLINE float amax_avx2(const float *x, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < n; k += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    return _mm_cvtss_f32(m4);
+}
+
+/* The 16-bit activation codes of 8 values t = x / d8 (act_q16_code in
+ * act_q8.h, the same bits), as int32. */
+AVX2_INLINE __m256i q16_codes8_avx2(__m256 t)
+{
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256 r = _mm256_round_ps(t, rnd);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q)); /* NaN -> 0 */
+    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+    __m256 e = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(t, r), _mm256_set1_ps(256.0f)), rnd);
+    e = _mm256_and_ps(e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
+    e = _mm256_min_ps(_mm256_max_ps(e, lo), hi);
+    return _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtps_epi32(r), 8), _mm256_cvtps_epi32(e));
+}
+
 /* 8 signs (bit k set: lane k negative) applied to 8 floats by flipping
  * their sign bits: exact, the same as the reference's multiply by -1 */
 AVX2_INLINE __m256 apply_signs_avx2(__m256 v, unsigned sg)

@@ -55,11 +55,8 @@ AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
         __m256i p = _mm256_packs_epi16(p01, p23);
         p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)xq[b].q, p);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
         xq[b].d = d;
-        xq[b].s = d * (float)_mm_cvtsi128_si32(s4);
+        xq[b].s = d * (float)hsum_epi32_avx2(sum);
     }
 }
 
@@ -67,7 +64,6 @@ AVX2_FN void act_q8_quantize_avx2(const float *x, int64_t cols, act_q8 *xq)
  * the same products t, v = 256 q + lo in int32, packed to int16. */
 AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
 {
-    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f), k256 = _mm256_set1_ps(256.0f);
     for (int64_t b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
         __m256 v[4];
@@ -76,16 +72,7 @@ AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
         const __m256 idv = _mm256_set1_ps(id);
         __m256i q[4], sum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
-            const __m256 t = _mm256_mul_ps(v[k], idv);
-            __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q)); /* NaN -> 0 */
-            r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-            __m256 e = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(t, r), k256),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            e = _mm256_and_ps(e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
-            e = _mm256_min_ps(_mm256_max_ps(e, lo), hi);
-            q[k] = _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtps_epi32(r), 8),
-                                    _mm256_cvtps_epi32(e));
+            q[k] = q16_codes8_avx2(_mm256_mul_ps(v[k], idv)); /* dot_avx2.h */
             sum = _mm256_add_epi32(sum, q[k]);
         }
         /* packs interleaves the 128-bit lanes of its two inputs; the
@@ -94,11 +81,8 @@ AVX2_FN void act_q16_quantize_avx2(const float *x, int64_t cols, act_q16 *xq)
                             _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
         _mm256_storeu_si256((__m256i *)(xq[b].v + 16),
                             _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
         xq[b].d = d * (1.0f / 256.0f);
-        xq[b].s = xq[b].d * (float)_mm_cvtsi128_si32(s4);
+        xq[b].s = xq[b].d * (float)hsum_epi32_avx2(sum);
     }
 }
 

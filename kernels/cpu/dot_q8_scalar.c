@@ -51,14 +51,7 @@ void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq)
         block_scale(xb, &d, &id);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            const float t = xb[j] * id;
-            float r = nearbyintf(t);
-            r = r == r ? (r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r) : 0.0f;
-            /* t - r is exact (r is t's nearest integer, or t is out of
-             * range and r its bound); the remainder in 256ths of a step */
-            float l = nearbyintf((t - r) * 256.0f);
-            l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
-            xq[b].v[j] = (int16_t)(256 * (int)r + (int)l);
+            xq[b].v[j] = (int16_t)act_q16_code(xb[j] * id);
             sum += xq[b].v[j];
         }
         xq[b].d = d * (1.0f / 256.0f);

@@ -33,17 +33,10 @@
 
 AVX2_FN void act_q8k_quantize_avx2(const float *x, int64_t cols, act_q8k *xq)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     for (int64_t b = 0; b < cols / 256; b++) {
         const float *xb = x + 256 * b;
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 32; k++) /* a NaN lane keeps m, as fmaxf does */
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)), m);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        const float amax = _mm_cvtss_f32(m4);
+        const float amax = amax_avx2(xb, 256);
         const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
         const __m256 idv = _mm256_set1_ps(id);
         for (int s = 0; s < 8; s++) {
@@ -57,11 +50,7 @@ AVX2_FN void act_q8k_quantize_avx2(const float *x, int64_t cols, act_q8k *xq)
             }
             /* the two 16-code sums: elements 0..15 are q[0], q[1] */
             for (int g = 0; g < 2; g++) {
-                const __m256i s8 = _mm256_add_epi32(q[2 * g], q[2 * g + 1]);
-                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-                xq[b].bsums[2 * s + g] = (int16_t)_mm_cvtsi128_si32(s4);
+                xq[b].bsums[2 * s + g] = (int16_t)hsum_epi32_avx2(_mm256_add_epi32(q[2 * g], q[2 * g + 1]));
             }
             /* 4 x 8 int32 -> 32 int8 in order (packs works per 128-bit lane) */
             const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);

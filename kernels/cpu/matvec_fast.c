@@ -103,7 +103,7 @@ int cpu_matmul_fast_set_q8(int on)
 }
 
 /* -1: not chosen yet; else CPU_Q8K_NEVER, CPU_Q8K_ALWAYS or
- * CPU_Q8K_WITH_INT8 (act_q8.h): when the 256-weight types (Q4_K, Q6_K)
+ * CPU_Q8K_SAME_WIDTH (act_q8.h): when the 256-weight types (Q4_K, Q6_K)
  * take act_q8k (int8 codes, one scale per 256) */
 static atomic_int fast_q8k = -1;
 
@@ -189,6 +189,8 @@ typedef struct fast_job {
     const act_q16 *xq16;
     q8k_rows_fn q8k;        /* non-NULL: Q8_K-style activations in xq8k */
     const act_q8k *xq8k;
+    q16k_rows_fn q16k;      /* non-NULL: 16-bit codes, a scale per 256, in xq16k */
+    const act_q16k *xq16k;
     fast_rows_fn kern;      /* NULL: the decode-a-chunk fallback */
     const type_traits *t;
     const uint8_t *w;       /* rows x row_bytes */
@@ -227,11 +229,14 @@ static void chunk_rows(const fast_job *j, int64_t r0, int64_t r1)
 
 static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 {
-    if (j->q8 || j->q16 || j->q8k) {
+    if (j->q8 || j->q16 || j->q8k || j->q16k) {
         const int64_t step = j->n > 1 ? FAST_L1_ROWS : r1 - r0;
         for (int64_t r = r0; r < r1; r += step) {
             const int64_t nr = r1 - r < step ? r1 - r : step;
-            if (j->q8k)
+            if (j->q16k)
+                j->q16k(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq16k, j->n,
+                        j->y + r, j->rows);
+            else if (j->q8k)
                 j->q8k(j->w + r * j->row_bytes, j->row_bytes, nr, j->cols, j->xq8k, j->n,
                        j->y + r, j->rows);
             else if (j->q16)
@@ -259,7 +264,7 @@ static void fast_rows(const fast_job *j, int64_t r0, int64_t r1)
 
 /* ---- choosing and making the activation codes ---------------------------- */
 
-enum { FMT_F32, FMT_Q8K, FMT_Q16, FMT_Q8, FMT_N };
+enum { FMT_F32, FMT_Q8K, FMT_Q16K, FMT_Q16, FMT_Q8, FMT_N };
 
 /* Which codes a product of this type takes, with its rows kernel set in j
  * (the buffers come later, shared between matrices of one call). */
@@ -269,11 +274,18 @@ static int choose_act(fast_job *j, int type, int64_t cols, int avx2)
      * reference, and without maddubs the float kernels are as quick */
     const int act = q8_level();
     const int k8l = q8k_level();
-    const int use_k8 = k8l == CPU_Q8K_ALWAYS || (k8l == CPU_Q8K_WITH_INT8 && act == CPU_ACT_Q8);
-    q8k_rows_fn k8 = act && avx2 && cols % 256 == 0 && use_k8 ? q8k_rows_avx2(type) : NULL;
+    const int k256 = act && avx2 && cols % 256 == 0;
+    const int use_k8 = k8l == CPU_Q8K_ALWAYS || (k8l == CPU_Q8K_SAME_WIDTH && act == CPU_ACT_Q8);
+    q8k_rows_fn k8 = k256 && use_k8 ? q8k_rows_avx2(type) : NULL;
     if (k8) {
         j->q8k = k8;
         return FMT_Q8K;
+    }
+    const int use_k16 = k8l == CPU_Q8K_SAME_WIDTH && act == CPU_ACT_Q16;
+    q16k_rows_fn k16 = k256 && use_k16 ? q16k_rows_avx2(type) : NULL;
+    if (k16) {
+        j->q16k = k16;
+        return FMT_Q16K;
     }
     if (act == CPU_ACT_Q16 && avx2 && cols % 32 == 0) {
         j->q16 = vnni_level() ? q16_rows_avx512(type) : q16_rows_avx2(type);
@@ -288,7 +300,8 @@ static int choose_act(fast_job *j, int type, int64_t cols, int avx2)
 
 static size_t act_bytes(int fmt, int64_t n, int64_t cols)
 {
-    const size_t b = fmt == FMT_Q8K   ? (size_t)(cols / 256) * sizeof(act_q8k)
+    const size_t b = fmt == FMT_Q8K    ? (size_t)(cols / 256) * sizeof(act_q8k)
+                     : fmt == FMT_Q16K ? (size_t)(cols / 256) * sizeof(act_q16k)
                      : fmt == FMT_Q16 ? (size_t)(cols / 32) * sizeof(act_q16)
                      : fmt == FMT_Q8  ? (size_t)(cols / 32) * sizeof(act_q8)
                                       : 0;
@@ -300,6 +313,8 @@ static void act_quantize(int fmt, const float *x, int64_t n, int64_t cols, void 
     for (int64_t i = 0; i < n; i++) {
         if (fmt == FMT_Q8K)
             act_q8k_quantize_avx2(x + i * cols, cols, (act_q8k *)buf + i * (cols / 256));
+        else if (fmt == FMT_Q16K)
+            act_q16k_quantize_avx2(x + i * cols, cols, (act_q16k *)buf + i * (cols / 256));
         else if (fmt == FMT_Q16)
             act_q16_quantize_avx2(x + i * cols, cols, (act_q16 *)buf + i * (cols / 32));
         else if (fmt == FMT_Q8)
@@ -330,11 +345,13 @@ static void share_codes(fast_job *jobs, const int *fmt, int n_jobs, const float 
         fast_job *j = &jobs[i];
         if (!buf) {
             j->q8k = NULL;
+            j->q16k = NULL;
             j->q16 = NULL;
             j->q8 = NULL;
             continue;
         }
         j->xq8k = fmt[i] == FMT_Q8K ? (const act_q8k *)(buf + off[FMT_Q8K]) : NULL;
+        j->xq16k = fmt[i] == FMT_Q16K ? (const act_q16k *)(buf + off[FMT_Q16K]) : NULL;
         j->xq16 = fmt[i] == FMT_Q16 ? (const act_q16 *)(buf + off[FMT_Q16]) : NULL;
         j->xq = fmt[i] == FMT_Q8 ? (const act_q8 *)(buf + off[FMT_Q8]) : NULL;
     }
