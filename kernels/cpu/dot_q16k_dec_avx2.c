@@ -39,13 +39,19 @@
  * rows of up to 32768 columns; longer ones go to the tiles. */
 #define Q16DK_MAX_SUB 1024
 
-/* d and s of the activation blocks, side by side. */
-AVX2_INLINE void q16dk_cols(const act_q16 *x, int64_t nsub, float *xd, float *xs)
+/* What both kernels do first: 0 for rows they do not take (the tiles do
+ * them); else 1, the row's sub-blocks in *nsub and d and s of the
+ * activation blocks side by side in xd and xs (Q16DK_MAX_SUB each). */
+AVX2_INLINE int q16dk_begin(const act_q16 *x, int64_t cols, int64_t *nsub, float *xd, float *xs)
 {
-    for (int64_t s = 0; s < nsub; s++) {
+    *nsub = cols / 32;
+    if (*nsub > Q16DK_MAX_SUB || cols % 256)
+        return 0;
+    for (int64_t s = 0; s < *nsub; s++) {
         xd[s] = x[s].d;
         xs[s] = x[s].s;
     }
+    return 1;
 }
 
 /* Sub-block S of the row (codes w0: elements 0..15, w1: 16..31) into acc
@@ -137,11 +143,10 @@ static inline void q16dk_prefetch(const uint8_t *p, size_t bytes)
 AVX2_FN int q16dec_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
                              const act_q16 *x, float *y)
 {
-    const int64_t nsub = cols / 32;
-    if (nsub > Q16DK_MAX_SUB || cols % 256)
-        return 0;
+    int64_t nsub;
     float xd[Q16DK_MAX_SUB], xs[Q16DK_MAX_SUB];
-    q16dk_cols(x, nsub, xd, xs);
+    if (!q16dk_begin(x, cols, &nsub, xd, xs))
+        return 0;
     for (int64_t r = 0; r < nrows; r++) {
         const block_q4_k *b = (const block_q4_k *)(w + r * rb);
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -158,11 +163,10 @@ AVX2_FN int q16dec_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t
 AVX2_FN int q16dec_q6_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
                              const act_q16 *x, float *y)
 {
-    const int64_t nsub = cols / 32;
-    if (nsub > Q16DK_MAX_SUB || cols % 256)
-        return 0;
+    int64_t nsub;
     float xd[Q16DK_MAX_SUB], xs[Q16DK_MAX_SUB];
-    q16dk_cols(x, nsub, xd, xs);
+    if (!q16dk_begin(x, cols, &nsub, xd, xs))
+        return 0;
     float z0 = 0.0f, z1 = 0.0f; /* the C twin's s chains: cw = 0 for every row */
     for (int64_t s = 0; s < nsub; s++) {
         if (s & 1)

@@ -572,41 +572,49 @@ DEFINE_Q16_PRE_ALL(avx512)
 /* One activation row of Q5_0, Q8_0, Q4_1, Q4_K or Q6_K on AVX2: the decode
  * kernels of dot_q16_dec_avx2.c and dot_q16k_dec_avx2.c (the same bits,
  * fewer instructions per sub-block:
- * Q5_0 4864 x 896 9.8 -> 13.0 GMAC/s of thread time, doc/cpu.md); more rows:
- * the tiles. */
-Q8_FN_avx2 void q16rowsd_q5_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
-                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+ * Q5_0 4864 x 896 9.8 -> 13.0 GMAC/s of thread time, doc/cpu.md); more rows,
+ * or a row the decode kernel declines (it returns 0): the tiles. */
+typedef int (*q16_dec_fn)(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                          const act_q16 *x, float *y);
+
+/* Always inlined, so each entry below calls its two kernels directly. */
+AVX2_INLINE void q16rowsd_avx2(q16_dec_fn dec, q16_rows_fn tiles, const uint8_t *w, size_t rb,
+                               int64_t nrows, int64_t cols, const act_q16 *x, int64_t n, float *y,
+                               int64_t ystride)
 {
-    if (n != 1 || !q16dec_q5_0_avx2(w, rb, nrows, cols, x, y))
-        q16rowsp_q5_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
+    if (n != 1 || !dec(w, rb, nrows, cols, x, y))
+        tiles(w, rb, nrows, cols, x, n, y, ystride);
+}
+
+/* The entries q16_rows_avx2 hands out: a type's decode kernel and tiles. */
+Q8_FN_avx2 void q16rowsd_q5_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                                   const act_q16 *x, int64_t n, float *y, int64_t ys)
+{
+    q16rowsd_avx2(q16dec_q5_0_avx2, q16rowsp_q5_0_avx2, w, rb, nrows, cols, x, n, y, ys);
 }
 
 Q8_FN_avx2 void q16rowsd_q8_0_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
-                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+                                   const act_q16 *x, int64_t n, float *y, int64_t ys)
 {
-    if (n != 1 || !q16dec_q8_0_avx2(w, rb, nrows, cols, x, y))
-        q16rows_q8_0_avx2(w, rb, nrows, cols, x, n, y, ystride);
+    q16rowsd_avx2(q16dec_q8_0_avx2, q16rows_q8_0_avx2, w, rb, nrows, cols, x, n, y, ys);
 }
 
 Q8_FN_avx2 void q16rowsd_q4_1_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
-                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+                                   const act_q16 *x, int64_t n, float *y, int64_t ys)
 {
-    if (n != 1 || !q16dec_q4_1_avx2(w, rb, nrows, cols, x, y))
-        q16rowsp_q4_1_avx2(w, rb, nrows, cols, x, n, y, ystride);
+    q16rowsd_avx2(q16dec_q4_1_avx2, q16rowsp_q4_1_avx2, w, rb, nrows, cols, x, n, y, ys);
 }
 
 Q8_FN_avx2 void q16rowsd_q4_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
-                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+                                   const act_q16 *x, int64_t n, float *y, int64_t ys)
 {
-    if (n != 1 || !q16dec_q4_k_avx2(w, rb, nrows, cols, x, y))
-        q16rows_q4_k_avx2(w, rb, nrows, cols, x, n, y, ystride);
+    q16rowsd_avx2(q16dec_q4_k_avx2, q16rows_q4_k_avx2, w, rb, nrows, cols, x, n, y, ys);
 }
 
 Q8_FN_avx2 void q16rowsd_q6_k_avx2(const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
-                                   const act_q16 *x, int64_t n, float *y, int64_t ystride)
+                                   const act_q16 *x, int64_t n, float *y, int64_t ys)
 {
-    if (n != 1 || !q16dec_q6_k_avx2(w, rb, nrows, cols, x, y))
-        q16rows_q6_k_avx2(w, rb, nrows, cols, x, n, y, ystride);
+    q16rowsd_avx2(q16dec_q6_k_avx2, q16rows_q6_k_avx2, w, rb, nrows, cols, x, n, y, ys);
 }
 
 int fast_cpu_vnni_ok(void)

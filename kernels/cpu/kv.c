@@ -5,6 +5,7 @@
 #include "kernels/ops.h"
 
 #include "kernels/cpu/dot_kernels.h"
+#include "kernels/cpu/kv_block.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -56,13 +57,8 @@ void cpu_quant_v4(const float *x, int n, uint8_t *q, uint16_t *d)
 {
     for (int b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f, v = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                v = xb[j];
-            }
-        }
+        float amax;
+        const float v = kv_block_extreme(xb, 32, &amax);
         float db = v / -8.0f;
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         for (int j = 0; j < 16; j++) {
@@ -144,13 +140,8 @@ void cpu_quant_v4nl(const float *x, int n, uint8_t *q, uint16_t *d)
 {
     for (int b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f, mx = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                mx = xb[j];
-            }
-        }
+        float amax;
+        const float mx = kv_block_extreme(xb, 32, &amax);
         float best = -1.0f, db = 0.0f;
         if (amax > 0.0f && amax <= 3.0e38f) { /* zero, Inf: d = 0, every code 8 */
             for (int t = -7; t <= 7; t++) {

@@ -14,7 +14,8 @@
  *    remainder reaches 1/2, not the vector round-to-even;
  *  - NaN and Inf take kv.c's paths (code 0 / 8, the NaN as 0 in the sums).
  * The scans for the largest element stay scalar: they are 32 compares, and
- * "first on ties" is easiest to keep that way.
+ * "first on ties" is easiest to keep that way (v4nl's is kv.c's own,
+ * kv_block.h).
  *
  * Compiled for AVX2/FMA/F16C; run only after fast_cpu_avx2_ok(). */
 #include "kernels/cpu/dot_kernels.h"
@@ -23,6 +24,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/dot_avx2.h"
+#include "kernels/cpu/kv_block.h"
 
 #include <math.h>
 
@@ -115,13 +117,8 @@ AVX2_FN void cpu_quant_v4nl_avx2(const float *x, int n, uint8_t *q, uint16_t *d)
     const __m256 lo = _mm256_loadu_ps(lv), hi = _mm256_loadu_ps(lv + 8);
     for (int b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f, mx = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                mx = xb[j];
-            }
-        }
+        float amax;
+        const float mx = kv_block_extreme(xb, 32, &amax); /* kv.c's scan, the same code */
         __m256 xv[4];
         for (int k = 0; k < 4; k++)
             xv[k] = _mm256_loadu_ps(xb + 8 * k);
