@@ -149,23 +149,25 @@ AVX2_INLINE void q16kt_q6_k(const block_q6_k *row, const act_q16k *x, int64_t ns
         _mm256_storeu_si256((__m256i *)sc, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
         const float d = ld_fp16_avx2((const uint8_t *)&b->d);
         for (int h = 0; h < 2; h++) {
-            __m256i sum[8];
-            for (int t = 0; t < C; t++)
-                sum[t] = _mm256_setzero_si256();
+            /* the half's 4 sub-blocks widened once (8 registers); each
+             * activation row then sums them in one chain */
+            __m256i w[8];
 #pragma GCC unroll 4
             for (int qd = 0; qd < 4; qd++) {
                 const int ib = 4 * h + qd;
                 const uint8_t *L = b->ql + 64 * h + 32 * (qd & 1), *H = b->qh + 32 * h;
-                const __m256i w0 = q16k_q6_k_w(q16k_zx(L), q16k_zx(H), qd, sc[2 * ib]);
-                const __m256i w1 = q16k_q6_k_w(q16k_zx(L + 16), q16k_zx(H + 16), qd, sc[2 * ib + 1]);
-#pragma GCC unroll 8
-                for (int t = 0; t < C; t++)
-                    sum[t] = q16k_dot(w0, w1, x[t * nsb + j].v + 32 * ib, sum[t]);
+                w[2 * qd] = q16k_q6_k_w(q16k_zx(L), q16k_zx(H), qd, sc[2 * ib]);
+                w[2 * qd + 1] = q16k_q6_k_w(q16k_zx(L + 16), q16k_zx(H + 16), qd, sc[2 * ib + 1]);
             }
 #pragma GCC unroll 8
-            for (int t = 0; t < C; t++)
-                st[t].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]),
-                                          _mm256_set1_ps(d * x[t * nsb + j].d), st[t].a);
+            for (int t = 0; t < C; t++) {
+                const int16_t *v = x[t * nsb + j].v + 128 * h;
+                __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int qd = 0; qd < 4; qd++)
+                    s = q16k_dot(w[2 * qd], w[2 * qd + 1], v + 32 * qd, s);
+                st[t].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * x[t * nsb + j].d), st[t].a);
+            }
         }
     }
 }
