@@ -40,15 +40,19 @@
 static const int k_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
 #define N_K_TYPES (sizeof k_types / sizeof k_types[0])
 
-/* n rows of x into act_q16k blocks (C twin); malloc'ed. */
-static act_q16k *quantize_rows(const float *x, int64_t n, int64_t cols)
+static void q16k_quantize(const float *x, int64_t cols, void *xq)
 {
-    const int64_t nb = cols / 256;
-    act_q16k *xq = calloc(n * nb, sizeof *xq);
-    for (int64_t i = 0; i < n; i++)
-        act_q16k_quantize(x + i * cols, cols, xq + i * nb);
-    return xq;
+    act_q16k_quantize(x, cols, xq);
 }
+
+static void q16k_rows(int avx2, int type, const uint8_t *w, size_t rb, int64_t nrows,
+                      int64_t cols, const void *xq, int64_t n, float *y, int64_t ystride)
+{
+    (avx2 ? q16k_rows_avx2 : q16k_rows_scalar)(type)(w, rb, nrows, cols, xq, n, y, ystride);
+}
+
+static const k256_format q16k_format = {"act_q16k", sizeof(act_q16k), q16k_quantize, q16k_rows,
+                                        CPU_ACT_Q16, CPU_Q8K_SAME_WIDTH};
 
 START_TEST(quantizer_twins_agree_and_stay_within_a_step)
 {
@@ -59,7 +63,7 @@ START_TEST(quantizer_twins_agree_and_stay_within_a_step)
     for (int j = 512; j < 768; j++) /* an all-zero super-block: d = 0, codes 0 */
         x[j] = 0.0f;
     x[1000] = 40.0f; /* an outlier: its block's other codes get coarser */
-    act_q16k *a = quantize_rows(x, 1, cols), *b = calloc(nb, sizeof *b);
+    act_q16k *a = k256_quantize_rows(&q16k_format, x, 1, cols), *b = calloc(nb, sizeof *b);
     double err_sum = 0;
     int64_t counted = 0;
     for (int64_t blk = 0; blk < nb; blk++) {
@@ -128,7 +132,7 @@ START_TEST(kernels_match_float64_on_the_codes)
     float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
     float *y16 = malloc(n * rows * sizeof *y16), *y8k = malloc(n * rows * sizeof *y8k);
     test_fill_normal(x, n * cols, 1.0f, 231);
-    act_q16k *xq = quantize_rows(x, n, cols);
+    act_q16k *xq = k256_quantize_rows(&q16k_format, x, n, cols);
     for (int64_t i = 0; i < n * nb; i++)
         for (int j = 0; j < 256; j++)
             xd[256 * i + j] = xq[i].d * (float)xq[i].v[j];
@@ -238,82 +242,18 @@ START_TEST(tiles_match_the_c_twin_bitwise)
 {
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
-    const int64_t rows = 37, nmax = 17;
-    const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17};
-    const int64_t colss[] = {256, 768, 4864};
-    for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
-        const int64_t cols = colss[ci];
-        float *x = malloc(nmax * cols * sizeof *x);
-        float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
-        test_fill_normal(x, nmax * cols, 1.0f, 251 + ci);
-        act_q16k *xq = quantize_rows(x, nmax, cols);
-        for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-            const int type = k_types[ti];
-            uint8_t *w = q8_random_blocks(type, rows, cols, 2900 + 10 * ci + ti);
-            const size_t rb = type_row_bytes(type, cols);
-            q16k_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-                const int64_t n = ns[ni];
-                memset(ya, 0xff, nmax * rows * sizeof *ya);
-                q16k_rows_avx2(type)(w, rb, rows, cols, xq, n, ya, rows);
-                for (int64_t k = 0; k < n * rows; k++)
-                    ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
-                                  "%s cols %lld n=%lld row %lld tok %lld: avx2 %.9g, C twin %.9g",
-                                  type_name(type), (long long)cols, (long long)n,
-                                  (long long)(k % rows), (long long)(k / rows), ya[k], yc[k]);
-            }
-            free(w);
-        }
-        free(x);
-        free(ya);
-        free(yc);
-        free(xq);
-    }
+    k256_tiles_match_c_twin(&q16k_format, 251, 2900);
 }
 END_TEST
 
-/* cpu_matmul_fast with its default settings (these types on act_q16k): a
- * batch of 9 rows on 1, 2 and 3 threads gives bitwise one row at a time,
- * and the C twin's bits. */
+/* The default settings are this path's, and it is invariant. */
 START_TEST(q16k_path_is_the_default_and_invariant)
 {
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
-    const int64_t rows = 203, cols = 4864, n = 9;
-    float *x = malloc(n * cols * sizeof *x);
-    float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
-    float *yc = malloc(n * rows * sizeof *yc);
-    test_fill_normal(x, n * cols, 1.0f, 241);
-    act_q16k *xq = quantize_rows(x, n, cols);
     ck_assert_int_eq(cpu_matmul_fast_set_q8(-1), CPU_ACT_Q16);
     ck_assert_int_eq(cpu_matmul_fast_set_q8k(-1), CPU_Q8K_SAME_WIDTH);
-    ck_assert_int_eq(cpu_matmul_fast_set_isa(1), 1);
-    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-        const int type = k_types[ti];
-        uint8_t *w = q8_random_blocks(type, rows, cols, 2800 + ti);
-        q16k_rows_scalar(type)(w, type_row_bytes(type, cols), rows, cols, xq, n, yc, rows);
-        tp_set_threads(1);
-        for (int64_t i = 0; i < n; i++)
-            cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
-        ck_assert_msg(!memcmp(y1, yc, n * rows * sizeof *yc), "%s: not the C twin's bits",
-                      type_name(type));
-        for (int nt = 1; nt <= 3; nt++) {
-            tp_set_threads(nt);
-            memset(yn, 0, n * rows * sizeof *yn);
-            cpu_matmul_fast(type, w, rows, cols, x, n, yn);
-            ck_assert_msg(!memcmp(y1, yn, n * rows * sizeof *yn),
-                          "%s: batch of %lld on %d threads differs from one row at a time",
-                          type_name(type), (long long)n, nt);
-        }
-        free(w);
-    }
-    tp_set_threads(0);
-    cpu_matmul_fast_set_isa(-1);
-    free(x);
-    free(y1);
-    free(yn);
-    free(yc);
-    free(xq);
+    k256_path_is_invariant(&q16k_format, 241, 2800);
 }
 END_TEST
 

@@ -187,92 +187,34 @@ START_TEST(kernels_match_float64_on_the_codes)
 }
 END_TEST
 
+static void q8k_quantize(const float *x, int64_t cols, void *xq)
+{
+    act_q8k_quantize(x, cols, xq);
+}
+
+static void q8k_rows(int avx2, int type, const uint8_t *w, size_t rb, int64_t nrows, int64_t cols,
+                     const void *xq, int64_t n, float *y, int64_t ystride)
+{
+    (avx2 ? q8k_rows_avx2 : q8k_rows_scalar)(type)(w, rb, nrows, cols, xq, n, y, ystride);
+}
+
+/* act_q8k beside the 16-bit codes (STRATA_MATMUL_Q8K=1) */
+static const k256_format q8k_format = {"act_q8k", sizeof(act_q8k), q8k_quantize, q8k_rows,
+                                       CPU_ACT_Q16, CPU_Q8K_ALWAYS};
+
 START_TEST(tiles_match_the_c_twin_bitwise)
 {
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
-    const int64_t rows = 37, nmax = 17;
-    const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17};
-    const int64_t colss[] = {256, 768, 4864};
-    for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
-        const int64_t cols = colss[ci], nb = cols / 256;
-        float *x = malloc(nmax * cols * sizeof *x);
-        float *ya = malloc(nmax * rows * sizeof *ya), *yc = malloc(nmax * rows * sizeof *yc);
-        act_q8k *xq = calloc(nmax * nb, sizeof *xq);
-        test_fill_normal(x, nmax * cols, 1.0f, 151 + ci);
-        for (int64_t i = 0; i < nmax; i++)
-            act_q8k_quantize(x + i * cols, cols, xq + i * nb);
-        for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-            const int type = k_types[ti];
-            uint8_t *w = q8_random_blocks(type, rows, cols, 1900 + 10 * ci + ti);
-            const size_t rb = type_row_bytes(type, cols);
-            q8k_rows_scalar(type)(w, rb, rows, cols, xq, nmax, yc, rows);
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-                const int64_t n = ns[ni];
-                memset(ya, 0xff, nmax * rows * sizeof *ya);
-                q8k_rows_avx2(type)(w, rb, rows, cols, xq, n, ya, rows);
-                for (int64_t k = 0; k < n * rows; k++)
-                    ck_assert_msg(!memcmp(&ya[k], &yc[k], sizeof *ya),
-                                  "%s cols %lld n=%lld row %lld tok %lld: avx2 %.9g, C twin %.9g",
-                                  type_name(type), (long long)cols, (long long)n,
-                                  (long long)(k % rows), (long long)(k / rows), ya[k], yc[k]);
-            }
-            free(w);
-        }
-        free(x);
-        free(ya);
-        free(yc);
-        free(xq);
-    }
+    k256_tiles_match_c_twin(&q8k_format, 151, 1900);
 }
 END_TEST
 
-/* cpu_matmul_fast with act_q8k (the default for these types): a batch of 9
- * rows on 1, 2 and 3 threads gives bitwise one row at a time, and the C
- * twin's bits. */
 START_TEST(q8k_path_is_invariant)
 {
     if (!fast_cpu_avx2_ok())
         TEST_SKIP("cpu", "CPU lacks AVX2/FMA/F16C");
-    const int64_t rows = 203, cols = 4864, n = 9, nb = cols / 256;
-    float *x = malloc(n * cols * sizeof *x);
-    float *y1 = malloc(n * rows * sizeof *y1), *yn = malloc(n * rows * sizeof *yn);
-    float *yc = malloc(n * rows * sizeof *yc);
-    act_q8k *xq = calloc(n * nb, sizeof *xq);
-    test_fill_normal(x, n * cols, 1.0f, 141);
-    for (int64_t i = 0; i < n; i++)
-        act_q8k_quantize(x + i * cols, cols, xq + i * nb);
-    ck_assert_int_eq(cpu_matmul_fast_set_q8(CPU_ACT_Q16), CPU_ACT_Q16);
-    ck_assert_int_eq(cpu_matmul_fast_set_q8k(CPU_Q8K_ALWAYS), CPU_Q8K_ALWAYS);
-    ck_assert_int_eq(cpu_matmul_fast_set_isa(1), 1);
-    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-        const int type = k_types[ti];
-        uint8_t *w = q8_random_blocks(type, rows, cols, 1800 + ti);
-        q8k_rows_scalar(type)(w, type_row_bytes(type, cols), rows, cols, xq, n, yc, rows);
-        tp_set_threads(1);
-        for (int64_t i = 0; i < n; i++)
-            cpu_matmul_fast(type, w, rows, cols, x + i * cols, 1, y1 + i * rows);
-        ck_assert_msg(!memcmp(y1, yc, n * rows * sizeof *yc), "%s: not the C twin's bits",
-                      type_name(type));
-        for (int nt = 1; nt <= 3; nt++) {
-            tp_set_threads(nt);
-            memset(yn, 0, n * rows * sizeof *yn);
-            cpu_matmul_fast(type, w, rows, cols, x, n, yn);
-            ck_assert_msg(!memcmp(y1, yn, n * rows * sizeof *yn),
-                          "%s: batch of %lld on %d threads differs from one row at a time",
-                          type_name(type), (long long)n, nt);
-        }
-        free(w);
-    }
-    tp_set_threads(0);
-    cpu_matmul_fast_set_isa(-1);
-    cpu_matmul_fast_set_q8(-1);
-    cpu_matmul_fast_set_q8k(-1);
-    free(x);
-    free(y1);
-    free(yn);
-    free(yc);
-    free(xq);
+    k256_path_is_invariant(&q8k_format, 141, 1800);
 }
 END_TEST
 

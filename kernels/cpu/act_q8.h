@@ -14,8 +14,9 @@
  * 256-weight types: a row is quantized once for whatever types the
  * matrices it meets have, and a scale per 32 values is closer to the
  * floats than one per 256 (the accuracy cost is stated in
- * test/test_matvec_q8.c).  The Q8_K-style act_q8k below is what Q4_K and
- * Q6_K take with the int8 codes, or always with STRATA_MATMUL_Q8K=1.
+ * test/test_matvec_q8.c).  Q4_K and Q6_K take one scale per 256 instead
+ * (their super-blocks then sum in int32): act_q16k below with the 16-bit
+ * codes, the Q8_K-style act_q8k with the int8 ones (CPU_Q8K_*).
  *
  * A q8 rows kernel computes y[i * ystride + r] = sum_c W[r][c] * x_i[c]
  * for nrows weight rows and n quantized activation rows.  Per output
@@ -44,6 +45,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct act_q8 {
     float d;       /* scale */
@@ -95,6 +97,22 @@ static inline int act_q16_code(float t)
     float l = nearbyintf((t - r) * 256.0f);
     l = l == l ? (l < -127.0f ? -127.0f : l > 127.0f ? 127.0f : l) : 0.0f;
     return 256 * (int)r + (int)l;
+}
+
+/* What the plain C twins share: a block's 16-bit field (an fp16 scale),
+ * read unaligned, and the sum of eight float lanes in the AVX2 twins'
+ * order (hsum_avx2): ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
+static inline uint16_t act_ld16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static inline float act_hsum8(const float *a)
+{
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    return (s0 + s2) + (s1 + s3);
 }
 
 /* xq[cols / 32] from x[cols]; cols a multiple of 32.  NaN codes as 0. */

@@ -25,7 +25,7 @@
  *         acc[k] = fmaf((float)lane[k], d_w * d_x, acc[k])
  *     Q4_K, per super-block: m = sum_ib min_ib * bsums[ib] (exact)
  *         corr = fmaf((float)m, dmin_w * d_x, corr)
- *     y = hsum8(acc) - corr      (hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)))
+ *     y = act_hsum8(acc) - corr      (act_hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)))
  * Nothing depends on the number of activation rows, the tile or the
  * thread: a decode step and a prompt row give the same bits.
  *
@@ -65,20 +65,6 @@ void act_q16k_quantize(const float *x, int64_t cols, act_q16k *xq)
         xq[b].d = d8 * (1.0f / 256.0f);
         memset(xq[b].pad_, 0, sizeof xq[b].pad_);
     }
-}
-
-static uint16_t ld16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
-/* The sum of the eight lanes in the AVX2 twin's order (hsum_avx2). */
-static float hsum8(const float *a)
-{
-    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-    return (s0 + s2) + (s1 + s3);
 }
 
 /* Element e of a sub-block adds into lane e % 16 / 2: madd pairs 2k, 2k+1,
@@ -149,7 +135,7 @@ static void q16krows_c(int type, const uint8_t *w, size_t row_bytes, int64_t nro
             float acc[8] = {0}, corr = 0.0f;
             for (int64_t j = 0; j < nsb; j++) {
                 const uint8_t *blk = row + j * bb;
-                const float dw = fp16_to_f32(ld16(type == GGML_TYPE_Q4_K
+                const float dw = fp16_to_f32(act_ld16(type == GGML_TYPE_Q4_K
                                                       ? (const void *)&((const block_q4_k *)blk)->d
                                                       : (const void *)&((const block_q6_k *)blk)->d));
                 const float f = dw * xi[j].d;
@@ -161,11 +147,11 @@ static void q16krows_c(int type, const uint8_t *w, size_t row_bytes, int64_t nro
                 }
                 if (type == GGML_TYPE_Q4_K) {
                     const block_q4_k *b = (const block_q4_k *)blk;
-                    corr = fmaf((float)q4_k_minima(b, xi + j), fp16_to_f32(ld16(&b->dmin)) * xi[j].d,
+                    corr = fmaf((float)q4_k_minima(b, xi + j), fp16_to_f32(act_ld16(&b->dmin)) * xi[j].d,
                                 corr);
                 }
             }
-            y[i * ystride + r] = hsum8(acc) - corr;
+            y[i * ystride + r] = act_hsum8(acc) - corr;
         }
     }
 }

@@ -59,13 +59,6 @@ void act_q16_quantize(const float *x, int64_t cols, act_q16 *xq)
     }
 }
 
-static uint16_t ld16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
 typedef struct wblk {
     int w[32];
     int mul[2];
@@ -75,7 +68,7 @@ typedef struct wblk {
 static void blk_q4_0(const uint8_t *row, int64_t s, wblk *o)
 {
     const uint8_t *b = row + s * sizeof(block_q4_0);
-    const float d = fp16_to_f32(ld16(b));
+    const float d = fp16_to_f32(act_ld16(b));
     for (int j = 0; j < 16; j++) {
         o->w[j] = b[2 + j] & 15;
         o->w[j + 16] = b[2 + j] >> 4;
@@ -93,14 +86,14 @@ static void blk_q4_1(const uint8_t *row, int64_t s, wblk *o)
         o->w[j + 16] = b[4 + j] >> 4;
     }
     o->mul[0] = o->mul[1] = 1;
-    o->dw = fp16_to_f32(ld16(b));
-    o->cw = fp16_to_f32(ld16(b + 2));
+    o->dw = fp16_to_f32(act_ld16(b));
+    o->cw = fp16_to_f32(act_ld16(b + 2));
 }
 
 static void blk_q5_0(const uint8_t *row, int64_t s, wblk *o)
 {
     const uint8_t *b = row + s * sizeof(block_q5_0);
-    const float d = fp16_to_f32(ld16(b));
+    const float d = fp16_to_f32(act_ld16(b));
     uint32_t qh;
     memcpy(&qh, b + 2, 4);
     for (int j = 0; j < 16; j++) {
@@ -118,7 +111,7 @@ static void blk_q8_0(const uint8_t *row, int64_t s, wblk *o)
     for (int j = 0; j < 32; j++)
         o->w[j] = (int8_t)b[2 + j];
     o->mul[0] = o->mul[1] = 1;
-    o->dw = fp16_to_f32(ld16(b));
+    o->dw = fp16_to_f32(act_ld16(b));
     o->cw = 0.0f;
 }
 
@@ -132,8 +125,8 @@ static void blk_q4_k(const uint8_t *row, int64_t s, wblk *o)
     for (int j = 0; j < 32; j++)
         o->w[j] = ib & 1 ? q[j] >> 4 : q[j] & 15;
     o->mul[0] = o->mul[1] = 1;
-    o->dw = fp16_to_f32(ld16((const uint8_t *)&b->d)) * (float)sc;
-    o->cw = -fp16_to_f32(ld16((const uint8_t *)&b->dmin)) * (float)mn;
+    o->dw = fp16_to_f32(act_ld16((const uint8_t *)&b->d)) * (float)sc;
+    o->cw = -fp16_to_f32(act_ld16((const uint8_t *)&b->dmin)) * (float)mn;
 }
 
 static void blk_q6_k(const uint8_t *row, int64_t s, wblk *o)
@@ -147,15 +140,8 @@ static void blk_q6_k(const uint8_t *row, int64_t s, wblk *o)
     }
     o->mul[0] = b->scales[8 * h + 2 * qd];
     o->mul[1] = b->scales[8 * h + 2 * qd + 1];
-    o->dw = fp16_to_f32(ld16((const uint8_t *)&b->d));
+    o->dw = fp16_to_f32(act_ld16((const uint8_t *)&b->d));
     o->cw = 0.0f;
-}
-
-/* The sum of the eight lanes in the AVX2 twin's order (hsum_avx2). */
-static float hsum8(const float *a)
-{
-    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-    return (s0 + s2) + (s1 + s3);
 }
 
 /* Per output element the operations of the AVX2 tiles (dot_q8_tile_avx2.c),
@@ -189,7 +175,7 @@ static float hsum8(const float *a)
                 }                                                                           \
                 for (int k = 0; k < 8; k++)                                                 \
                     sum[k] = acc[0][k] + acc[1][k];                                         \
-                y[i * ystride + r] = hsum8(sum) + (corr[0] + corr[1]);                      \
+                y[i * ystride + r] = act_hsum8(sum) + (corr[0] + corr[1]);                  \
             }                                                                               \
         }                                                                                   \
     }

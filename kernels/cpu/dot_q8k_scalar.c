@@ -22,7 +22,7 @@
  *         acc[k] = fmaf((float)lane[k], d_w * d_x, acc[k])
  *         Q4_K: m = sum_ib min(ib) * (bsums[2 ib] + bsums[2 ib + 1]) (exact)
  *               corr = fmaf((float)m, dmin_w * d_x, corr)
- *     y = hsum8(acc) - corr      (hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)))
+ *     y = act_hsum8(acc) - corr      (act_hsum8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)))
  * Nothing depends on the number of activation rows, the tile or the
  * thread: a decode step and a prompt row give the same bits.
  *
@@ -61,20 +61,6 @@ void act_q8k_quantize(const float *x, int64_t cols, act_q8k *xq)
         }
         xq[b].d = d;
     }
-}
-
-static uint16_t ld16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
-/* The sum of the eight lanes in the AVX2 twin's order (hsum_avx2). */
-static float hsum8(const float *a)
-{
-    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-    return (s0 + s2) + (s1 + s3);
 }
 
 /* One super-block of Q4_K against one of activations: the int32 lanes and
@@ -124,13 +110,13 @@ static void sb_dot(int type, const uint8_t *blk, const act_q8k *x, int lane[8], 
     if (type == GGML_TYPE_Q4_K) {
         const block_q4_k *b = (const block_q4_k *)blk;
         sb_q4_k(b, x, lane, m);
-        *d = fp16_to_f32(ld16(&b->d));
-        *dmin = fp16_to_f32(ld16(&b->dmin));
+        *d = fp16_to_f32(act_ld16(&b->d));
+        *dmin = fp16_to_f32(act_ld16(&b->dmin));
     } else {
         const block_q6_k *b = (const block_q6_k *)blk;
         sb_q6_k(b, x, lane);
         *m = 0;
-        *d = fp16_to_f32(ld16(&b->d));
+        *d = fp16_to_f32(act_ld16(&b->d));
         *dmin = 0.0f;
     }
 }
@@ -156,7 +142,7 @@ static void q8krows_c(int type, const uint8_t *w, size_t row_bytes, int64_t nrow
                 if (type == GGML_TYPE_Q4_K)
                     corr = fmaf((float)m, dmin * xi[j].d, corr);
             }
-            y[i * ystride + r] = hsum8(acc) - corr;
+            y[i * ystride + r] = act_hsum8(acc) - corr;
         }
     }
 }

@@ -16,9 +16,11 @@
  *    against the codes in integers, in tiles of up to 8 activation rows
  *    (dot_q8_tile_avx2.c; with AVX512-VNNI its dpwssd / dpbusd twins, the
  *    same bits; STRATA_MATMUL_VNNI=0 keeps AVX2).  Q4_K and Q6_K rows of a
- *    multiple of 256 columns take act_q8k instead (one scale per 256, a
- *    super-block summed in int32: dot_q8k_avx2.c) with the int8 codes, or
- *    always with STRATA_MATMUL_Q8K=1 (CPU_Q8K_*).  The other types (and all
+ *    multiple of 256 columns take one scale per 256 instead, a super-block
+ *    summed in int32: act_q16k with the 16-bit codes (dot_q16k_avx2.c),
+ *    act_q8k with the int8 ones or with STRATA_MATMUL_Q8K=1
+ *    (dot_q8k_avx2.c), the scale per 32 with STRATA_MATMUL_Q8K=0
+ *    (CPU_Q8K_*).  The other types (and all
  *    of them with STRATA_MATMUL_F32=1) keep float activations.  The codes live in a per-thread buffer that grows to the
  *    largest call and is then reused: no allocation in a step.
  *  - Kernels: every block type (Q8_0, Q4_x, Q5_x, IQ4_NL, Q2_0, the
