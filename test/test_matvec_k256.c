@@ -4,6 +4,8 @@
  * through a k256_format (test_matvec_q8.h). */
 #include "testutil.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,4 +102,80 @@ void k256_path_is_invariant(const k256_format *f, uint64_t x_seed, uint64_t w_se
     free(yn);
     free(yc);
     free(xq);
+}
+
+double k256_against_float64(const k256_format *f, int64_t cols, uint64_t x_seed, uint64_t w_seed,
+                            double step_frac, k256_other_fn other, const char *const *other_names,
+                            int n_other)
+{
+    enum { MAX_OTHER = 2 };
+    const int64_t rows = 37, n = 5, nb = cols / 256;
+    const int avx2 = fast_cpu_avx2_ok();
+    ck_assert(n_other <= MAX_OTHER);
+    float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
+    float *d = malloc(n * nb * sizeof *d);
+    float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
+    float *yo[MAX_OTHER];
+    for (int k = 0; k < n_other; k++)
+        yo[k] = malloc(n * rows * sizeof *yo[k]);
+    test_fill_normal(x, n * cols, 1.0f, x_seed);
+    void *xq = k256_quantize_rows(f, x, n, cols);
+    for (int64_t b = 0; b < n * nb; b++)
+        f->decode(xq, b, xd + 256 * b, d + b);
+    double worst = 0;
+    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
+        const int type = k_types[ti];
+        uint8_t *w = q8_random_blocks(type, rows, cols, w_seed + ti);
+        const size_t rb = type_row_bytes(type, cols);
+        type_traits_get(type)->dequant(w, wf, rows * cols);
+        for (int k = 0; k < n_other; k++)
+            other(k, type, w, rb, rows, cols, x, n, yo[k]);
+        double rel[1 + MAX_OTHER] = {0};
+        for (int tw = 0; tw <= avx2; tw++) {
+            f->rows(tw, type, w, rb, rows, cols, xq, n, y, rows);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double on_codes = 0, exact = 0, mag = 0, step = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        const double wv = wf[r * cols + c];
+                        on_codes += wv * xd[i * cols + c];
+                        exact += wv * x[i * cols + c];
+                        mag += fabs(wv * x[i * cols + c]);
+                        step += fabs(wv) * d[i * nb + c / 256] * step_frac;
+                    }
+                    const double got = y[i * rows + r];
+                    ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
+                                  (long long)r);
+                    ck_assert_msg(fabs(got - on_codes) <= 1e-5 * mag,
+                                  "%s %s (%s) row %lld tok %lld: %.9g, on the codes %.9g (sum|wx| %g)",
+                                  f->name, type_name(type), tw ? "avx2" : "C", (long long)r,
+                                  (long long)i, got, on_codes, mag);
+                    ck_assert_msg(fabs(got - exact) <= step + 1e-5 * mag,
+                                  "%s %s (%s) row %lld tok %lld: %.9g, exact %.9g, bound %g",
+                                  f->name, type_name(type), tw ? "avx2" : "C", (long long)r,
+                                  (long long)i, got, exact, step + 1e-5 * mag);
+                    if (!tw) {
+                        rel[0] += fabs(got - exact) / mag;
+                        for (int k = 0; k < n_other; k++)
+                            rel[1 + k] += fabs(yo[k][i * rows + r] - exact) / mag;
+                    }
+                }
+        }
+        printf("  %-5s cols %lld: mean |y - exact| / sum|wx|: %s %.2e", type_name(type),
+               (long long)cols, f->name, rel[0] / (double)(n * rows));
+        for (int k = 0; k < n_other; k++)
+            printf(", %s %.2e", other_names[k], rel[1 + k] / (double)(n * rows));
+        printf("\n");
+        worst = rel[0] / (double)(n * rows) > worst ? rel[0] / (double)(n * rows) : worst;
+        free(w);
+    }
+    free(x);
+    free(xd);
+    free(d);
+    free(wf);
+    free(y);
+    for (int k = 0; k < n_other; k++)
+        free(yo[k]);
+    free(xq);
+    return worst;
 }

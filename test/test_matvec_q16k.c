@@ -51,8 +51,16 @@ static void q16k_rows(int avx2, int type, const uint8_t *w, size_t rb, int64_t n
     (avx2 ? q16k_rows_avx2 : q16k_rows_scalar)(type)(w, rb, nrows, cols, xq, n, y, ystride);
 }
 
+static void q16k_decode(const void *xq, int64_t b, float *xd, float *d)
+{
+    const act_q16k *a = (const act_q16k *)xq + b;
+    for (int j = 0; j < 256; j++)
+        xd[j] = a->d * (float)a->v[j];
+    *d = a->d;
+}
+
 static const k256_format q16k_format = {"act_q16k", sizeof(act_q16k), q16k_quantize, q16k_rows,
-                                        CPU_ACT_Q16, CPU_Q8K_SAME_WIDTH};
+                                        CPU_ACT_Q16, CPU_Q8K_SAME_WIDTH, q16k_decode};
 
 START_TEST(quantizer_twins_agree_and_stay_within_a_step)
 {
@@ -103,10 +111,10 @@ END_TEST
 
 /* y (n x rows) through the C twin of one of the other formats: 0 act_q16
  * (a scale per 32), 1 act_q8k (int8, a scale per 256). */
-static void rows_other(int fmt, int type, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+static void rows_other(int k, int type, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
                        const float *x, int64_t n, float *y)
 {
-    if (fmt == 0) {
+    if (k == 0) {
         act_q16 *xq = calloc(n * (cols / 32), sizeof *xq);
         for (int64_t i = 0; i < n; i++)
             act_q16_quantize(x + i * cols, cols, xq + i * (cols / 32));
@@ -123,75 +131,13 @@ static void rows_other(int fmt, int type, const uint8_t *w, size_t rb, int64_t r
 
 START_TEST(kernels_match_float64_on_the_codes)
 {
-    const int64_t rows = 37, cols = _i ? 4864 : 768, n = 5, nb = cols / 256;
-    const int avx2 = fast_cpu_avx2_ok();
-    if (!avx2)
+    if (!fast_cpu_avx2_ok())
         test_note_skip("kernels_match_float64_on_the_codes (AVX2 twin)", "cpu",
                        "CPU lacks AVX2/FMA/F16C");
-    float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
-    float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
-    float *y16 = malloc(n * rows * sizeof *y16), *y8k = malloc(n * rows * sizeof *y8k);
-    test_fill_normal(x, n * cols, 1.0f, 231);
-    act_q16k *xq = k256_quantize_rows(&q16k_format, x, n, cols);
-    for (int64_t i = 0; i < n * nb; i++)
-        for (int j = 0; j < 256; j++)
-            xd[256 * i + j] = xq[i].d * (float)xq[i].v[j];
-    double worst = 0;
-    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-        const int type = k_types[ti];
-        uint8_t *w = q8_random_blocks(type, rows, cols, 2700 + ti);
-        const size_t rb = type_row_bytes(type, cols);
-        type_traits_get(type)->dequant(w, wf, rows * cols);
-        rows_other(0, type, w, rb, rows, cols, x, n, y16);
-        rows_other(1, type, w, rb, rows, cols, x, n, y8k);
-        double rel[3] = {0, 0, 0};
-        for (int tw = 0; tw <= avx2; tw++) {
-            q16k_rows_fn k = tw ? q16k_rows_avx2(type) : q16k_rows_scalar(type);
-            ck_assert(k != NULL);
-            k(w, rb, rows, cols, xq, n, y, rows);
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t r = 0; r < rows; r++) {
-                    double on_codes = 0, exact = 0, mag = 0, step = 0;
-                    for (int64_t c = 0; c < cols; c++) {
-                        const double wv = wf[r * cols + c];
-                        on_codes += wv * xd[i * cols + c];
-                        exact += wv * x[i * cols + c];
-                        mag += fabs(wv * x[i * cols + c]);
-                        step += fabs(wv) * xq[i * nb + c / 256].d;
-                    }
-                    const double got = y[i * rows + r];
-                    ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
-                                  (long long)r);
-                    ck_assert_msg(fabs(got - on_codes) <= 1e-5 * mag,
-                                  "%s (%s) row %lld tok %lld: %.9g, on the codes %.9g (sum|wx| %g)",
-                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
-                                  got, on_codes, mag);
-                    ck_assert_msg(fabs(got - exact) <= step + 1e-5 * mag,
-                                  "%s (%s) row %lld tok %lld: %.9g, exact %.9g, bound %g",
-                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
-                                  got, exact, step + 1e-5 * mag);
-                    if (!tw) {
-                        rel[0] += fabs(got - exact) / mag;
-                        rel[1] += fabs(y16[i * rows + r] - exact) / mag;
-                        rel[2] += fabs(y8k[i * rows + r] - exact) / mag;
-                    }
-                }
-        }
-        for (int k = 0; k < 3; k++)
-            rel[k] /= (double)(n * rows);
-        printf("  %-5s cols %lld: mean |y - exact| / sum|wx|: act_q16k %.2e, act_q16 %.2e, "
-               "act_q8k %.2e\n", type_name(type), (long long)cols, rel[0], rel[1], rel[2]);
-        worst = rel[0] > worst ? rel[0] : worst;
-        free(w);
-    }
+    static const char *const others[] = {"act_q16", "act_q8k"};
+    const double worst = k256_against_float64(&q16k_format, _i ? 4864 : 768, 231, 2700, 1.0,
+                                              rows_other, others, 2);
     ck_assert_msg(worst < 1e-5, "mean relative error %.3g", worst);
-    free(x);
-    free(xd);
-    free(wf);
-    free(y);
-    free(y16);
-    free(y8k);
-    free(xq);
 }
 END_TEST
 

@@ -23,7 +23,25 @@ typedef struct k256_format {
     void (*rows)(int avx2, int type, const uint8_t *w, size_t row_bytes, int64_t nrows,
                  int64_t cols, const void *xq, int64_t n, float *y, int64_t ystride);
     int act, q8k; /* the cpu_matmul_fast settings that take it */
+    /* block b's 256 values as the kernels see them (d times the codes),
+     * and its d */
+    void (*decode)(const void *xq, int64_t b, float *xd, float *d);
 } k256_format;
+
+/* y (n x rows) of type's weights through another format's C twin, for
+ * the accuracy line k256_against_float64 prints. */
+typedef void (*k256_other_fn)(int k, int type, const uint8_t *w, size_t row_bytes, int64_t rows,
+                              int64_t cols, const float *x, int64_t n, float *y);
+
+/* Both twins of f for Q4_K and Q6_K (37 rows, 5 activation rows, cols
+ * columns) against float64: on the codes within 1e-5 of sum |w x|, on the
+ * floats within sum_c |w_c| step_frac d_c plus that; prints the mean
+ * relative error |y - exact| / sum |w x| of f's C twin beside those of
+ * the n_other formats other() makes (named other_names) and returns the
+ * larger of f's two. */
+double k256_against_float64(const k256_format *f, int64_t cols, uint64_t x_seed, uint64_t w_seed,
+                            double step_frac, k256_other_fn other, const char *const *other_names,
+                            int n_other);
 
 /* n rows of x in the format (C twin); calloc'ed. */
 void *k256_quantize_rows(const k256_format *f, const float *x, int64_t n, int64_t cols);

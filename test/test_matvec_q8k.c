@@ -40,9 +40,6 @@
 #include "model/quant.h"
 #include "test_matvec_q8.h"
 
-static const int k_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-#define N_K_TYPES (sizeof k_types / sizeof k_types[0])
-
 START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
 {
     const int64_t cols = 4096, nb = cols / 256;
@@ -91,101 +88,25 @@ START_TEST(quantizer_twins_agree_and_round_to_half_a_step)
 }
 END_TEST
 
-/* y (n x rows) of one of the int8 formats over 32 (wide: act_q16) through
- * the C twins, for the comparison the accuracy line prints. */
-static void rows_on_32(int wide, int type, const uint8_t *w, size_t rb, int64_t rows,
-                       int64_t cols, const float *x, int64_t n, float *y)
+/* y (n x rows) of one of the formats over 32 through the C twins (k = 0:
+ * act_q8, 1: act_q16), for the accuracy line. */
+static void rows_on_32(int k, int type, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+                       const float *x, int64_t n, float *y)
 {
     const int64_t nsub = cols / 32;
-    void *xq = calloc(n * nsub, wide ? sizeof(act_q16) : sizeof(act_q8));
+    void *xq = calloc(n * nsub, k ? sizeof(act_q16) : sizeof(act_q8));
     for (int64_t i = 0; i < n; i++) {
-        if (wide)
+        if (k)
             act_q16_quantize(x + i * cols, cols, (act_q16 *)xq + i * nsub);
         else
             act_q8_quantize(x + i * cols, cols, (act_q8 *)xq + i * nsub);
     }
-    if (wide)
+    if (k)
         q16_rows_scalar(type)(w, rb, rows, cols, xq, n, y, rows);
     else
         q8_rows_scalar(type)(w, rb, rows, cols, xq, n, y, rows);
     free(xq);
 }
-
-START_TEST(kernels_match_float64_on_the_codes)
-{
-    const int64_t rows = 37, cols = _i ? 4864 : 768, n = 5, nb = cols / 256;
-    const int avx2 = fast_cpu_avx2_ok();
-    if (!avx2)
-        test_note_skip("kernels_match_float64_on_the_codes (AVX2 twin)", "cpu",
-                       "CPU lacks AVX2/FMA/F16C");
-    float *x = malloc(n * cols * sizeof *x), *xd = malloc(n * cols * sizeof *xd);
-    float *wf = malloc(rows * cols * sizeof *wf), *y = malloc(n * rows * sizeof *y);
-    float *y8 = malloc(n * rows * sizeof *y8), *y16 = malloc(n * rows * sizeof *y16);
-    act_q8k *xq = calloc(n * nb, sizeof *xq);
-    test_fill_normal(x, n * cols, 1.0f, 131);
-    for (int64_t i = 0; i < n; i++)
-        act_q8k_quantize(x + i * cols, cols, xq + i * nb);
-    for (int64_t i = 0; i < n * nb; i++)
-        for (int j = 0; j < 256; j++)
-            xd[256 * i + j] = xq[i].d * (float)xq[i].q[j];
-    double worst = 0;
-    for (size_t ti = 0; ti < N_K_TYPES; ti++) {
-        const int type = k_types[ti];
-        uint8_t *w = q8_random_blocks(type, rows, cols, 1700 + ti);
-        const size_t rb = type_row_bytes(type, cols);
-        type_traits_get(type)->dequant(w, wf, rows * cols);
-        rows_on_32(0, type, w, rb, rows, cols, x, n, y8);
-        rows_on_32(1, type, w, rb, rows, cols, x, n, y16);
-        double rel[3] = {0, 0, 0};
-        for (int tw = 0; tw <= avx2; tw++) {
-            q8k_rows_fn k = tw ? q8k_rows_avx2(type) : q8k_rows_scalar(type);
-            ck_assert(k != NULL);
-            k(w, rb, rows, cols, xq, n, y, rows);
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t r = 0; r < rows; r++) {
-                    double on_codes = 0, exact = 0, mag = 0, step = 0;
-                    for (int64_t c = 0; c < cols; c++) {
-                        const double wv = wf[r * cols + c];
-                        on_codes += wv * xd[i * cols + c];
-                        exact += wv * x[i * cols + c];
-                        mag += fabs(wv * x[i * cols + c]);
-                        step += fabs(wv) * xq[i * nb + c / 256].d * 0.5;
-                    }
-                    const double got = y[i * rows + r];
-                    ck_assert_msg(mag > 0, "%s row %lld: all-zero product", type_name(type),
-                                  (long long)r);
-                    ck_assert_msg(fabs(got - on_codes) <= 1e-5 * mag,
-                                  "%s (%s) row %lld tok %lld: %.9g, on the codes %.9g (sum|wx| %g)",
-                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
-                                  got, on_codes, mag);
-                    ck_assert_msg(fabs(got - exact) <= step + 1e-5 * mag,
-                                  "%s (%s) row %lld tok %lld: %.9g, exact %.9g, bound %g",
-                                  type_name(type), tw ? "avx2" : "C", (long long)r, (long long)i,
-                                  got, exact, step + 1e-5 * mag);
-                    if (!tw) {
-                        rel[0] += fabs(got - exact) / mag;
-                        rel[1] += fabs(y8[i * rows + r] - exact) / mag;
-                        rel[2] += fabs(y16[i * rows + r] - exact) / mag;
-                    }
-                }
-        }
-        for (int k = 0; k < 3; k++)
-            rel[k] /= (double)(n * rows);
-        printf("  %-5s cols %lld: mean |y - exact| / sum|wx|: act_q8k %.2e, act_q8 %.2e, "
-               "act_q16 %.2e\n", type_name(type), (long long)cols, rel[0], rel[1], rel[2]);
-        worst = rel[0] > worst ? rel[0] : worst;
-        free(w);
-    }
-    ck_assert_msg(worst < 2e-3, "mean relative error %.3g", worst);
-    free(x);
-    free(xd);
-    free(wf);
-    free(y);
-    free(y8);
-    free(y16);
-    free(xq);
-}
-END_TEST
 
 static void q8k_quantize(const float *x, int64_t cols, void *xq)
 {
@@ -198,9 +119,29 @@ static void q8k_rows(int avx2, int type, const uint8_t *w, size_t rb, int64_t nr
     (avx2 ? q8k_rows_avx2 : q8k_rows_scalar)(type)(w, rb, nrows, cols, xq, n, y, ystride);
 }
 
+static void q8k_decode(const void *xq, int64_t b, float *xd, float *d)
+{
+    const act_q8k *a = (const act_q8k *)xq + b;
+    for (int j = 0; j < 256; j++)
+        xd[j] = a->d * (float)a->q[j];
+    *d = a->d;
+}
+
 /* act_q8k beside the 16-bit codes (STRATA_MATMUL_Q8K=1) */
 static const k256_format q8k_format = {"act_q8k", sizeof(act_q8k), q8k_quantize, q8k_rows,
-                                       CPU_ACT_Q16, CPU_Q8K_ALWAYS};
+                                       CPU_ACT_Q16, CPU_Q8K_ALWAYS, q8k_decode};
+
+START_TEST(kernels_match_float64_on_the_codes)
+{
+    if (!fast_cpu_avx2_ok())
+        test_note_skip("kernels_match_float64_on_the_codes (AVX2 twin)", "cpu",
+                       "CPU lacks AVX2/FMA/F16C");
+    static const char *const others[] = {"act_q8", "act_q16"};
+    const double worst = k256_against_float64(&q8k_format, _i ? 4864 : 768, 131, 1700, 0.5,
+                                              rows_on_32, others, 2);
+    ck_assert_msg(worst < 2e-3, "mean relative error %.3g", worst);
+}
+END_TEST
 
 START_TEST(tiles_match_the_c_twin_bitwise)
 {
