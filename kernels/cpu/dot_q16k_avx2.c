@@ -4,16 +4,18 @@
  * dot_q16k_scalar.c).
  *
  * A tile is one weight row by C activation rows (8, then 4, 2, 1 for what
- * is left).  Per super-block the row's scales are unpacked once; each
- * pair of sub-blocks is widened once to int16 codes times their integer
- * scales (vpmovzxbw, and / shift, one vpmullw per 16 weights) and met by
- * the C activation rows' codes in two madd per sub-block, added into an
- * int32 sum per activation row that runs over the super-block (Q6_K: over
- * each half).  Then, per activation row, one convert and one FMA with d_w
- * * d_x, and for Q4_K the minima: their integer dot with the activation's
- * 32-code sums, one scalar FMA.  Per 32 weights and activation row that
- * leaves two madd (memory operands) and two adds; the act_q16 tiles add a
- * convert, a broadcast and an FMA.
+ * is left).  Per super-block the row's scales are unpacked once and its
+ * sub-blocks widened once to int16 codes times their integer scales
+ * (vpmovzxbw, and / shift, one vpmullw per 16 weights): Q4_K a pair of
+ * sub-blocks at a time, met by each activation row in turn and added into
+ * an int32 sum per row that runs over the super-block; Q6_K the four
+ * sub-blocks of a half at a time (8 registers), each activation row
+ * summing them in one chain.  Each sub-block meets a row's codes in two
+ * madd.  Then, per activation row, one convert and one FMA with d_w * d_x
+ * (Q6_K: per half), and for Q4_K the minima: their integer dot with the
+ * activation's 32-code sums, one scalar FMA.  Per 32 weights and
+ * activation row that leaves two madd (memory operands) and two adds; the
+ * act_q16 tiles add a convert, a broadcast and an FMA.
  *
  * A tile runs over the whole row: a tile of 8 activation rows of 4864
  * columns reads 87 KiB of codes from L2 per weight row, and cutting the
