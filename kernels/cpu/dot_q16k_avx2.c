@@ -128,17 +128,6 @@ AVX2_INLINE void q16kt_q4_k(const block_q4_k *row, const act_q16k *x, int64_t ns
     }
 }
 
-/* Q6_K's codes (zl: the low bits' bytes, zh: the high bits' bytes,
- * zero-extended) of sub-block 4h + qd minus 32, times scale. */
-AVX2_INLINE __m256i q16k_q6_k_w(__m256i zl, __m256i zh, int qd, int16_t scale)
-{
-    const __m256i lo = qd < 2 ? _mm256_and_si256(zl, _mm256_set1_epi16(15)) : _mm256_srli_epi16(zl, 4);
-    const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(zh, 2 * qd), 4),
-                                        _mm256_set1_epi16(0x30));
-    const __m256i c = _mm256_sub_epi16(_mm256_or_si256(lo, hb), _mm256_set1_epi16(32));
-    return _mm256_mullo_epi16(c, _mm256_set1_epi16(scale));
-}
-
 AVX2_INLINE void q16kt_q6_k(const block_q6_k *row, const act_q16k *x, int64_t nsb, q16k_acc *st,
                             const int C)
 {
@@ -158,8 +147,8 @@ AVX2_INLINE void q16kt_q6_k(const block_q6_k *row, const act_q16k *x, int64_t ns
             for (int qd = 0; qd < 4; qd++) {
                 const int ib = 4 * h + qd;
                 const uint8_t *L = b->ql + 64 * h + 32 * (qd & 1), *H = b->qh + 32 * h;
-                w[2 * qd] = q16k_q6_k_w(q16k_zx(L), q16k_zx(H), qd, sc[2 * ib]);
-                w[2 * qd + 1] = q16k_q6_k_w(q16k_zx(L + 16), q16k_zx(H + 16), qd, sc[2 * ib + 1]);
+                w[2 * qd] = q6_k_w16_avx2(q16k_zx(L), q16k_zx(H), qd, sc[2 * ib]);
+                w[2 * qd + 1] = q6_k_w16_avx2(q16k_zx(L + 16), q16k_zx(H + 16), qd, sc[2 * ib + 1]);
             }
 #pragma GCC unroll 8
             for (int t = 0; t < C; t++) {

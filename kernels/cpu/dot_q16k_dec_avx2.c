@@ -93,20 +93,6 @@ AVX2_INLINE void q16dk_q4_k_sb(const block_q4_k *b, const act_q16 *x, const floa
     }
 }
 
-/* Q6_K's codes of sub-block 4h + qd, half k (zl: the low bits' bytes, zh:
- * the high bits' bytes, zero-extended), times the half's scale. */
-AVX2_INLINE __m256i q16dk_q6_k_half(__m256i zl, __m256i zh, int qd, int16_t scale)
-{
-    const __m256i m30 = _mm256_set1_epi16(0x30);
-    const __m256i lo = qd < 2 ? _mm256_and_si256(zl, _mm256_set1_epi16(15)) : _mm256_srli_epi16(zl, 4);
-    const __m256i hb = qd == 0   ? _mm256_and_si256(_mm256_slli_epi16(zh, 4), m30)
-                       : qd == 1 ? _mm256_and_si256(_mm256_slli_epi16(zh, 2), m30)
-                       : qd == 2 ? _mm256_and_si256(zh, m30)
-                                 : _mm256_and_si256(_mm256_srli_epi16(zh, 2), m30);
-    const __m256i c = _mm256_sub_epi16(_mm256_or_si256(lo, hb), _mm256_set1_epi16(32));
-    return _mm256_mullo_epi16(c, _mm256_set1_epi16(scale));
-}
-
 /* One Q6_K super-block (sub-blocks s0 .. s0 + 7 of the row); its s terms
  * are the caller's (cw = 0). */
 AVX2_INLINE void q16dk_q6_k_sb(const block_q6_k *b, const act_q16 *x, const float *xd,
@@ -124,8 +110,8 @@ AVX2_INLINE void q16dk_q6_k_sb(const block_q6_k *b, const act_q16 *x, const floa
         for (int qd = 0; qd < 4; qd++) {
             const int ib = 4 * h + qd;
             const __m256i zl0 = qd & 1 ? zb0 : za0, zl1 = qd & 1 ? zb1 : za1;
-            const __m256i w0 = q16dk_q6_k_half(zl0, zh0, qd, sc[2 * ib]);
-            const __m256i w1 = q16dk_q6_k_half(zl1, zh1, qd, sc[2 * ib + 1]);
+            const __m256i w0 = q6_k_w16_avx2(zl0, zh0, qd, sc[2 * ib]);
+            const __m256i w1 = q6_k_w16_avx2(zl1, zh1, qd, sc[2 * ib + 1]);
             if (ib & 1)
                 *a1 = q16dk_dot(w0, w1, x + s0 + ib, f[ib], *a1);
             else

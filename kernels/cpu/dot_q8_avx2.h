@@ -152,5 +152,18 @@ AVX2_INLINE __m256i sub_q6_k_avx2(const uint8_t *blk, int ib)
     return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
 }
 
+/* Q6_K's codes of sub-block 4h + qd as int16 (zl: the low bits' bytes,
+ * zh: the high bits' bytes, zero-extended to words) minus 32, times the
+ * scale of their 16: the widened weights of the 16-bit-code kernels
+ * (dot_q16k_dec_avx2.c, dot_q16k_avx2.c). */
+AVX2_INLINE __m256i q6_k_w16_avx2(__m256i zl, __m256i zh, int qd, int16_t scale)
+{
+    const __m256i lo = qd < 2 ? _mm256_and_si256(zl, _mm256_set1_epi16(15)) : _mm256_srli_epi16(zl, 4);
+    const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(zh, 2 * qd), 4),
+                                        _mm256_set1_epi16(0x30));
+    const __m256i c = _mm256_sub_epi16(_mm256_or_si256(lo, hb), _mm256_set1_epi16(32));
+    return _mm256_mullo_epi16(c, _mm256_set1_epi16(scale));
+}
+
 #endif /* __x86_64__ */
 #endif
