@@ -36,6 +36,20 @@ static void print_skips(const char *skiplog)
     fclose(f);
 }
 
+/* Repeat the failures after the long skip list, so that a log's tail (all a
+ * CI summary may keep) names the failing tests, not only their count. */
+static void print_failures(SRunner *sr)
+{
+    TestResult **tr = srunner_failures(sr);
+    int n = srunner_ntests_failed(sr);
+    if (n > 0)
+        printf("Failed:\n");
+    for (int i = 0; i < n; i++)
+        printf("  %s:%d: %s:%s: %s\n", tr_lfile(tr[i]), tr_lno(tr[i]), tr_tcname(tr[i]),
+               tr_rtype(tr[i]) == CK_ERROR ? "error" : "failure", tr_msg(tr[i]));
+    free(tr);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -66,6 +80,7 @@ int main(int argc, char **argv)
     }
     srunner_run_all(sr, CK_NORMAL);
     print_skips(skiplog);
+    print_failures(sr);
 
     int failed = srunner_ntests_failed(sr);
     int left = test_run_end(before, n_before);
