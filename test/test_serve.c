@@ -403,18 +403,25 @@ START_TEST(serve_bad_inputs)
                   strstr(out, "status=\"413\"}"), "%s", out);
     free(out);
     ck_assert_int_eq(curl(&sv, NULL, "%s " CHAT " @H/v1/chat/completions", key), 200);
-    /* --max-conns 3: three idle connections held open (for 4 s), the fourth
-     * gets 503; once they close, 200 again */
-    char hold[512];
+    /* --max-conns 3: three idle connections held open (while the file
+     * `flag` exists, at most 30 s: no fixed span for a loaded box to
+     * outrun), the fourth gets 503; once they close, 200 again */
+    char flag[600], hold[1600];
+    snprintf(flag, sizeof flag, "%s/hold-conns", sv.dir);
+    FILE *ff = fopen(flag, "w");
+    ck_assert_ptr_nonnull(ff);
+    fclose(ff);
     snprintf(hold, sizeof hold, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d 4<>/dev/tcp/127.0.0.1/%d "
-             "5<>/dev/tcp/127.0.0.1/%d; sleep 4' &", sv.port, sv.port, sv.port);
+             "5<>/dev/tcp/127.0.0.1/%d; i=0; while [ -e \"%s\" ] && [ $i -lt 300 ]; do "
+             "sleep 0.1; i=$((i+1)); done' &", sv.port, sv.port, sv.port, flag);
     ck_assert_int_eq(system(hold), 0);
     int st = 0;
     out = NULL;
-    for (double t0 = now_s(); st != 503 && now_s() - t0 < 3.5; usleep(100000)) {
+    for (double t0 = now_s(); st != 503 && now_s() - t0 < 20; usleep(100000)) {
         free(out);
         st = curl(&sv, &out, "-i @H/health");
     }
+    remove(flag);
     ck_assert_msg(st == 503 && strstr(out, "too many connections") &&
                   strstr(out, "Retry-After: 1"), "%d: %s", st, out);
     free(out);
@@ -439,24 +446,34 @@ START_TEST(serve_queue_disconnect_drain)
     server_start(&sv, cli, model, "--batch 1 --max-queue 0 --quiet --drain-seconds 120");
     char cmd[1024];
     const char *dir = test_tmpdir();
-    /* a long streamed answer, cut off by its client after 1.5 s */
-    snprintf(cmd, sizeof cmd, "curl -sN -m 1.5 -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":"
-             "3000,\"stream\":true}' http://127.0.0.1:%d/v1/completions >'%s/long.out' 2>&1 &",
-             sv.port, dir);
+    /* a long streamed answer, whose client leaves when the test kills it
+     * (its pid in long.pid; -m 120 only bounds a test that died) */
+    char pidf[600];
+    snprintf(pidf, sizeof pidf, "%s/long.pid", dir);
+    snprintf(cmd, sizeof cmd, "curl -sN -m 120 -d '{\"prompt\":\"Once upon a time\",\"max_tokens\":"
+             "3000,\"stream\":true}' http://127.0.0.1:%d/v1/completions >'%s/long.out' 2>&1 & "
+             "echo $! >'%s'", sv.port, dir, pidf);
     ck_assert_int_eq(system(cmd), 0);
     char *out = NULL;
     int busy = 0;
-    for (double t0 = now_s(); !busy && now_s() - t0 < 1.2; usleep(50000)) {
+    for (double t0 = now_s(); !busy && now_s() - t0 < 20; usleep(50000)) {
         curl(&sv, &out, "@H/metrics");
         busy = strstr(out, "strata_requests_in_flight 1") != NULL;
         free(out);
     }
+    char *pid_s = slurp(pidf);
+    const int long_pid = pid_s ? atoi(pid_s) : 0;
+    free(pid_s);
+    remove(pidf);
+    ck_assert_msg(long_pid > 0, "no pid for the long request");
+    if (!busy)
+        kill(long_pid, SIGKILL);
     ck_assert_msg(busy, "the long request never ran");
-    ck_assert_int_eq(curl(&sv, &out, "-i -d '{\"prompt\":\"x\",\"max_tokens\":2}' "
-                                     "@H/v1/completions"), 503);
+    int st503 = curl(&sv, &out, "-i -d '{\"prompt\":\"x\",\"max_tokens\":2}' @H/v1/completions");
+    kill(long_pid, SIGTERM); /* the client leaves; its slot frees within a step or two */
+    ck_assert_int_eq(st503, 503);
     ck_assert_msg(strstr(out, "Retry-After: 1") && strstr(out, "queue_full"), "%s", out);
     free(out);
-    /* the client leaves at 1.5 s; its slot frees within a step or two */
     double t_free = 0;
     for (double t0 = now_s(); now_s() - t0 < 10; usleep(50000)) {
         curl(&sv, &out, "@H/metrics");
