@@ -7,6 +7,7 @@
  * a server that never restarted.  A kill -9 loses only what was not yet
  * written whole.  The rest of the saving is suite persist (test_persist.c). */
 #include "testutil.h"
+#include "test_server.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -22,76 +23,19 @@
 #include "serve/json.h"
 #include "text/tokenizer.h"
 
-typedef struct srv {
-    pid_t pid;
-    int port;
-    char out[600], log[600];
-} srv;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *b = malloc(1 << 16);
-    size_t n = fread(b, 1, (1 << 16) - 1, f);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
-/* `strata-cli serve -m MODEL --port 0 ARGS`, waiting for its URL. */
-static void srv_start(srv *sv, const char *cli, const char *model, const char *dir,
+/* `strata-cli serve -m MODEL --port 0 ARGS` (one thread, one slot, greedy)
+ * with its output in dir, waiting for its URL. */
+static void srv_start(test_server *sv, const char *cli, const char *model, const char *dir,
                       const char *args)
 {
-    static int n;
-    snprintf(sv->out, sizeof sv->out, "%s/serve-%d.out", dir, n);
-    snprintf(sv->log, sizeof sv->log, "%s/serve-%d.log", dir, n++);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 1 --batch 1 "
-             "--temp 0 %s >'%s' 2>'%s'", cli, model, args, sv->out, sv->log);
-    sv->pid = fork();
-    ck_assert_int_ge(sv->pid, 0);
-    if (sv->pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    const char *key = "listening on http://127.0.0.1:";
-    for (int i = 0; i < 3000; i++) {
-        char *o = slurp(sv->out);
-        const char *p = o ? strstr(o, key) : NULL;
-        sv->port = p ? atoi(p + strlen(key)) : 0;
-        free(o);
-        if (sv->port)
-            return;
-        int st;
-        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
-            char *l = slurp(sv->log);
-            ck_abort_msg("serve exited before listening: %s", l ? l : "");
-        }
-        usleep(20000);
-    }
-    kill(sv->pid, SIGKILL);
-    ck_abort_msg("serve printed no URL within 60 s");
-}
-
-/* SIGTERM (or SIGKILL) and wait: the exit status, or -signal. */
-static int srv_stop_sig(srv *sv, int sig)
-{
-    kill(sv->pid, sig);
-    int st = 0;
-    waitpid(sv->pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1000;
-}
-
-static int srv_stop(srv *sv)
-{
-    return srv_stop_sig(sv, SIGTERM);
+    char all[1024];
+    snprintf(all, sizeof all, "-t 1 --batch 1 --temp 0 %s", args);
+    test_server_start(sv, cli, model, dir, all);
 }
 
 /* A value of the server's /metrics: the line that begins with name (labels
  * included) and a space. */
-static double srv_metric(const srv *sv, const char *name)
+static double srv_metric(const test_server *sv, const char *name)
 {
     char *out = NULL;
     int rc = test_runf(&out, "curl -s -m 30 http://127.0.0.1:%d/metrics", sv->port);
@@ -144,7 +88,7 @@ static void convo_free(convo *c)
 
 /* POST the conversation to /v1/chat/completions (greedy, at most max_tokens):
  * the answer, not added to c. */
-static answer ask(const srv *sv, const char *dir, const convo *c, int max_tokens)
+static answer ask(const test_server *sv, const char *dir, const convo *c, int max_tokens)
 {
     jbuf b = {0};
     jbuf_printf(&b, "{\"max_tokens\":%d,\"temperature\":0,\"messages\":[", max_tokens);
@@ -219,9 +163,9 @@ static int count_saved(const char *dir)
 }
 
 /* "N conversations loaded from DIR, M of them found by text" in a log. */
-static void loaded_line(const srv *sv, int *loaded, int *indexed)
+static void loaded_line(const test_server *sv, int *loaded, int *indexed)
 {
-    char *l = slurp(sv->log);
+    char *l = test_slurp(sv->log, NULL);
     const char *p = l ? strstr(l, "strata serve: ") : NULL;
     *loaded = *indexed = -1;
     while (p && sscanf(p, "strata serve: %d conversations loaded from %*s %d of them", loaded,
@@ -231,9 +175,9 @@ static void loaded_line(const srv *sv, int *loaded, int *indexed)
     free(l);
 }
 
-static int log_has(const srv *sv, const char *s)
+static int log_has(const test_server *sv, const char *s)
 {
-    char *l = slurp(sv->log);
+    char *l = test_slurp(sv->log, NULL);
     int has = l && strstr(l, s);
     free(l);
     return has;
@@ -422,7 +366,7 @@ START_TEST(persist_serve_restart)
         TEST_SKIP("cli", "strata-cli not built (STRATA_CLI unset; run via make test)");
     if (system("command -v curl >/dev/null 2>&1"))
         TEST_SKIP("tool", "curl not installed");
-    const char *model = test_tiny_llama("serve-llama", 400, 21);
+    const char *model = test_server_model();
     const char *dir = test_tmpdir();
     char save[600], args[700];
     snprintf(save, sizeof save, "%s/save", dir);
@@ -431,11 +375,11 @@ START_TEST(persist_serve_restart)
     convo c = {0};
     convo_add(&c, "user", "hello", 5);
 
-    srv sv;
+    test_server sv;
     srv_start(&sv, cli, model, dir, args);
     answer a1 = ask(&sv, dir, &c, max_tokens);
     ck_assert_int_eq(a1.cached, 0);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert_int_eq(count_saved(save), 1);
 
     /* the restarted server: the client resends its history as text */
@@ -450,7 +394,7 @@ START_TEST(persist_serve_restart)
     answer a2 = ask(&sv, dir, &c, max_tokens);
     ck_assert_int_eq((int)srv_metric(&sv, "strata_cached_tokens_total{source=\"conversation_cache\"}"),
                      a2.cached);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert_msg(a2.cached == image_tokens(&a1) && a2.cached < a2.prompt,
                   "turn 2 of %d tokens: %d cached, want turn 1's %d (prompt %d, answer %d, %s)",
                   a2.prompt, a2.cached, image_tokens(&a1), a1.prompt, a1.completion, a1.finish);
@@ -460,7 +404,7 @@ START_TEST(persist_serve_restart)
     srv_start(&sv, cli, model, dir, "");
     answer r1 = ask(&sv, dir, &one, max_tokens);
     answer r2 = ask(&sv, dir, &c, max_tokens);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert(same_answer(&r1, &a1));
     ck_assert_int_eq(r2.prompt, a2.prompt);
     ck_assert_int_eq(r2.cached, a2.cached);
@@ -469,7 +413,7 @@ START_TEST(persist_serve_restart)
      * without the index would have had to restore from) */
     srv_start(&sv, cli, model, dir, "");
     answer fresh = ask(&sv, dir, &c, max_tokens);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert_msg(fresh.prompt != a2.prompt, "the answer's ids are its text's own encoding (%d "
                   "tokens either way): the test shows nothing; pick another first message",
                   fresh.prompt);
@@ -510,7 +454,7 @@ START_TEST(persist_serve_demo_restarts)
     const int max_tokens = 24;
     answer a[4];
     convo c = {0};
-    srv sv;
+    test_server sv;
 
     /* turns 1 and 2, then a clean stop */
     srv_start(&sv, cli, model, dir, args);
@@ -519,7 +463,7 @@ START_TEST(persist_serve_demo_restarts)
         a[t] = ask(&sv, dir, &c, max_tokens);
         convo_add(&c, "assistant", a[t].text, a[t].len);
     }
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert_int_eq(count_saved(save), 1);
 
     /* turn 3 after the restart: the whole history restored */
@@ -540,7 +484,7 @@ START_TEST(persist_serve_demo_restarts)
     convo other = {0};
     convo_add(&other, "user", "Name a color.", 13);
     answer o = ask(&sv, dir, &other, 8);
-    ck_assert_int_eq(srv_stop_sig(&sv, SIGKILL), -SIGKILL);
+    ck_assert_int_eq(test_server_stop_sig(&sv, SIGKILL), -SIGKILL);
     int files = count_saved(save);
     ck_assert_int_ge(files, 1);
 
@@ -553,7 +497,7 @@ START_TEST(persist_serve_demo_restarts)
     ck_assert_msg(!log_has(&sv, "skipped"), "a file was refused after the kill");
     convo_add(&c, "user", q[3], strlen(q[3]));
     a[3] = ask(&sv, dir, &c, max_tokens);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     int turn3 = a[3].cached >= image_tokens(&a[2]);
     ck_assert_msg(a[3].cached == image_tokens(&a[2]) || a[3].cached == image_tokens(&a[1]),
                   "turn 4 of %d tokens: %d cached, want turn 3's %d or turn 2's %d", a[3].prompt,
@@ -573,11 +517,11 @@ START_TEST(persist_serve_demo_restarts)
     }
     answer ro = ask(&sv, dir, &other, 8);
     ck_assert(same_answer(&ro, &o));
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     /* and so does a fresh one given the whole history at once */
     srv_start(&sv, cli, model, dir, "");
     answer fresh = ask(&sv, dir, &c, max_tokens);
-    ck_assert_int_eq(srv_stop(&sv), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
     ck_assert_int_eq(fresh.cached, 0);
     ck_assert_int_eq(fresh.prompt, a[3].prompt);
     ck_assert(same_answer(&fresh, &a[3]));

@@ -14,96 +14,17 @@
  * Skips (class `tool`) only where chromium or curl is absent; .ci/run
  * installs both and requires the class. */
 #include "testutil.h"
+#include "test_server.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "serve/json.h"
 
 static const char *const MSG1 = "What is the capital of France?";
 static const char *const MSG2 = "And of Germany?";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *b = malloc(1 << 20);
-    size_t n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (b)
-        b[n] = 0;
-    if (len)
-        *len = n;
-    return b;
-}
-
-/* `strata-cli serve` on a free port: its pid and port; out and log files in dir. */
-static pid_t serve_start(const char *cli, const char *model, const char *dir, int *port)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "exec '%s' serve -m '%s' --host 127.0.0.1 --port 0 -t 2 --quiet --temp 0 "
-             "--kv f16 -n 24 >'%s/serve.out' 2>'%s/serve.log'", cli, model, dir, dir);
-    pid_t parent = getpid(), pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        /* a failed check ends the test's process at once: the server must
-         * not outlive it (the signal survives the exec) */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    char out[600];
-    snprintf(out, sizeof out, "%s/serve.out", dir);
-    const char *tag = "listening on http://127.0.0.1:";
-    for (double t0 = now_s(); now_s() - t0 < 60; usleep(20000)) {
-        char *o = slurp(out, NULL);
-        const char *p = o ? strstr(o, tag) : NULL;
-        *port = p ? atoi(p + strlen(tag)) : 0;
-        free(o);
-        if (*port)
-            return pid;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            snprintf(out, sizeof out, "%s/serve.log", dir);
-            char *l = slurp(out, NULL);
-            ck_abort_msg("serve exited before listening: %s", l ? l : "");
-        }
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    ck_abort_msg("serve printed no URL within 60 s");
-    return -1;
-}
-
-/* SIGTERM and wait: the exit status, -1 if it had to be killed. */
-static int serve_stop(pid_t pid)
-{
-    kill(pid, SIGTERM);
-    int st = 0;
-    for (double t0 = now_s(); now_s() - t0 < 60; usleep(20000))
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
 
 static int have(const char *prog)
 {
@@ -143,8 +64,9 @@ START_TEST(page_streams_in_chromium)
     if (!have("curl"))
         TEST_SKIP("tool", "curl not installed");
     const char *dir = test_tmpdir();
-    int port = 0;
-    pid_t pid = serve_start(cli, model, dir, &port);
+    test_server sv;
+    test_server_start(&sv, cli, model, dir, "-t 2 --quiet --temp 0 --kv f16 -n 24");
+    const int port = sv.port;
 
     char *out = NULL, shot[600];
     snprintf(shot, sizeof shot, "%s/page.png", dir);
@@ -191,7 +113,7 @@ START_TEST(page_streams_in_chromium)
 
     size_t n = 0;
     unsigned wpx = 0, hpx = 0;
-    unsigned char *png = (unsigned char *)slurp(shot, &n);
+    unsigned char *png = (unsigned char *)test_slurp(shot, &n);
     ck_assert_msg(png && png_size(png, n, &wpx, &hpx), "no PNG screenshot at %s", shot);
     ck_assert_msg(wpx == 900 && hpx == 700 && n > 5000, "screenshot %ux%u, %zu bytes", wpx, hpx,
                   n);
@@ -207,7 +129,7 @@ START_TEST(page_streams_in_chromium)
     free(whole);
     json_free(v);
     free(out);
-    ck_assert_int_eq(serve_stop(pid), 0);
+    ck_assert_int_eq(test_server_stop(&sv), 0);
 }
 END_TEST
 
